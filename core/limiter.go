@@ -1,0 +1,141 @@
+package core
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// MaxKeyLen is the longest client key, in bytes. Keys are binary-safe.
+const MaxKeyLen = 512
+
+// DefaultPrefix is the storage key prefix when Options.Prefix is empty.
+const DefaultPrefix = "hf:"
+
+// Options configures a Limiter. The zero value of each field means its
+// documented default.
+type Options struct {
+	// Prefix starts every storage key. "" means DefaultPrefix. It may not
+	// contain '{' or '}', which delimit the Redis Cluster hash tag.
+	Prefix string
+	// NewID returns a unique request id for algorithms that log each
+	// request. nil means a random UUID.
+	NewID func() string
+}
+
+// A Limiter decides requests against policies, with its state in a Store.
+// A Limiter is safe for concurrent use.
+type Limiter struct {
+	store  Store
+	prefix string
+	newID  func() string
+	mode   Mode
+}
+
+// Localer is implemented by stores that keep their state in this process
+// (the memory backend); their decisions are reported as ModeLocal.
+type Localer interface {
+	Local() bool
+}
+
+// NewLimiter returns a Limiter over store.
+func NewLimiter(store Store, opts Options) (*Limiter, error) {
+	if store == nil {
+		return nil, errorf(ErrInvalidPolicy, "nil store")
+	}
+	prefix := opts.Prefix
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if strings.ContainsAny(prefix, "{}") {
+		return nil, errorf(ErrInvalidPolicy, "key prefix %q contains a brace", prefix)
+	}
+	l := &Limiter{store: store, prefix: prefix, newID: opts.NewID}
+	if l.newID == nil {
+		l.newID = uuid.NewString
+	}
+	if lo, ok := store.(Localer); ok && lo.Local() {
+		l.mode = ModeLocal
+	}
+	return l, nil
+}
+
+// Allow is shorthand for AllowN(ctx, p, key, 1).
+func (l *Limiter) Allow(ctx context.Context, p Policy, key string) (Result, error) {
+	return l.AllowN(ctx, p, key, 1)
+}
+
+// AllowN reports whether cost units may be spent now by key under policy p,
+// and spends them if so. Errors report bad input or a failing store; a
+// denial is a Result.
+func (l *Limiter) AllowN(ctx context.Context, p Policy, key string, cost int64) (Result, error) {
+	if err := CheckRequest(p, key, cost); err != nil {
+		return Result{}, err
+	}
+	var id string
+	if p.alg.NeedsID() {
+		id = l.newID()
+	}
+	r, err := l.run(ctx, p, key, cost, id)
+	if err != nil {
+		return Result{}, err
+	}
+	return l.result(p, r), nil
+}
+
+// run executes one decision step on the store and decodes its reply.
+func (l *Limiter) run(ctx context.Context, p Policy, key string, cost int64, id string) (Reply, error) {
+	raw, err := l.store.Run(ctx, p.alg.Script(), []string{l.Key(p, key)}, p.alg.Args(p, cost, id, 0))
+	if err != nil {
+		return Reply{}, err
+	}
+	return ParseReply(raw)
+}
+
+// result turns a reply into a Result.
+func (l *Limiter) result(p Policy, r Reply) Result {
+	return Result{
+		Allowed:    r.Allowed,
+		Limit:      p.limit,
+		Remaining:  r.Remaining,
+		RetryAfter: time.Duration(r.RetryAfter) * time.Microsecond,
+		ResetAfter: time.Duration(r.ResetAfter) * time.Microsecond,
+		Mode:       l.mode,
+	}
+}
+
+// Key returns the storage key of client key under policy p:
+// prefix + "{" + policy + ":" + key + "}". The braces are a Redis Cluster
+// hash tag, so every key derived from it lives in one slot.
+func (l *Limiter) Key(p Policy, key string) string {
+	return StorageKey(l.prefix, p.name, key)
+}
+
+// StorageKey returns prefix + "{" + policy + ":" + key + "}".
+func StorageKey(prefix, policy, key string) string {
+	var b strings.Builder
+	b.Grow(len(prefix) + len(policy) + len(key) + 3)
+	b.WriteString(prefix)
+	b.WriteByte('{')
+	b.WriteString(policy)
+	b.WriteByte(':')
+	b.WriteString(key)
+	b.WriteByte('}')
+	return b.String()
+}
+
+// CheckRequest validates a request before any store is touched.
+func CheckRequest(p Policy, key string, cost int64) error {
+	if p.alg == nil {
+		return errorf(ErrInvalidPolicy, "zero Policy: build it with NewPolicy")
+	}
+	if key == "" {
+		return errorf(ErrEmptyKey, "policy %s", p.name)
+	}
+	if len(key) > MaxKeyLen {
+		return errorf(ErrKeyTooLong, "key of %d bytes, maximum %d", len(key), MaxKeyLen)
+	}
+	return p.CheckCost(cost)
+}

@@ -1,0 +1,55 @@
+package core
+
+import "time"
+
+// Mode says which path decided a request.
+type Mode int
+
+const (
+	// ModeRedis: the shared store (Redis) decided, for all instances at once.
+	ModeRedis Mode = iota
+	// ModeLocal: this process decided alone, from a local store or a lease.
+	ModeLocal
+	// ModeFailOpen: the store was unavailable and the policy admits everything.
+	ModeFailOpen
+	// ModeFailClosed: the store was unavailable and the policy denies everything.
+	ModeFailClosed
+)
+
+// String returns "redis", "local", "fail_open" or "fail_closed".
+func (m Mode) String() string {
+	switch m {
+	case ModeRedis:
+		return "redis"
+	case ModeLocal:
+		return "local"
+	case ModeFailOpen:
+		return "fail_open"
+	case ModeFailClosed:
+		return "fail_closed"
+	}
+	return "unknown"
+}
+
+// Result is one decision. A denial is a Result with Allowed false, never an
+// error.
+type Result struct {
+	// Allowed reports whether the request was admitted.
+	Allowed bool
+	// Limit is the policy's capacity or limit as enforced for this decision
+	// (in degraded mode, this instance's share).
+	Limit int64
+	// Remaining is what the key may still spend now.
+	Remaining int64
+	// RetryAfter is how long a denied request should wait before the same
+	// cost can be admitted; zero when allowed.
+	RetryAfter time.Duration
+	// ResetAfter is how long until the key is back to its full quota if it
+	// spends nothing more.
+	ResetAfter time.Duration
+	// Mode says which path decided.
+	Mode Mode
+	// Degraded reports that the shared store was not consulted because it is
+	// failing; the decision used this instance's share of the quota.
+	Degraded bool
+}

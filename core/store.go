@@ -1,0 +1,87 @@
+package core
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+)
+
+// A Store runs one algorithm step atomically. The Redis backends run the
+// step's Lua script with EVALSHA (falling back to EVAL when the server lost
+// its script cache); the memory backend runs the step's Go twin under a
+// per-key lock.
+//
+// Contract for implementations:
+//   - Run is safe for concurrent use.
+//   - Run does not retry. A failed call returns an error and the portable
+//     layer (Limiter, fallback) decides what to do. Connection-level errors and
+//     deadlines are wrapped with ErrStoreUnavailable; a WRONGTYPE error with
+//     ErrWrongType; a reply that is not an array of integers with
+//     ErrMalformedReply.
+//   - A call that fails after the request was written has an UNKNOWN outcome:
+//     the step may have been applied. Callers must treat its spend as possibly
+//     applied.
+type Store interface {
+	Run(ctx context.Context, s *Script, keys []string, args []string) ([]int64, error)
+}
+
+// A LocalFunc is the Go twin of a script: given the key's previous state (nil
+// when the key holds nothing), the current time in microseconds and the
+// script's ARGV, it returns the next state, the reply the script would return,
+// and how long the key should live (0 deletes it). It must not retain args.
+type LocalFunc func(prev any, nowMicros int64, args []string) (next any, reply []int64, ttlMicros int64, err error)
+
+// A Script is one atomic algorithm step: Lua source for Redis and its Go twin
+// for local stores. Create scripts with NewScript at package level.
+type Script struct {
+	name  string
+	src   string
+	sha   string
+	local LocalFunc
+}
+
+// NewScript returns a Script with the given name, Lua source and Go twin. The
+// twin may be nil for Redis-only scripts such as reconciliation.
+func NewScript(name, src string, local LocalFunc) *Script {
+	sum := sha1.Sum([]byte(src))
+	return &Script{name: name, src: src, sha: hex.EncodeToString(sum[:]), local: local}
+}
+
+// Name is the script's name, for logs and metrics.
+func (s *Script) Name() string { return s.name }
+
+// Source is the Lua source.
+func (s *Script) Source() string { return s.src }
+
+// SHA1 is the hex SHA-1 of the source, as EVALSHA wants it.
+func (s *Script) SHA1() string { return s.sha }
+
+// Local is the Go twin, or nil when the script has none.
+func (s *Script) Local() LocalFunc { return s.local }
+
+// Reply is the decoded reply of a decision script. Every decision script
+// returns the same five integers, in this order.
+type Reply struct {
+	Allowed    bool
+	Remaining  int64
+	RetryAfter int64 // microseconds
+	ResetAfter int64 // microseconds
+	Now        int64 // the store's clock, microseconds since the Unix epoch
+}
+
+// ReplyLen is the number of integers a decision script returns.
+const ReplyLen = 5
+
+// ParseReply decodes a decision script's reply, checking its shape.
+func ParseReply(r []int64) (Reply, error) {
+	if len(r) != ReplyLen {
+		return Reply{}, errorf(ErrMalformedReply, "decision reply has %d elements, want %d", len(r), ReplyLen)
+	}
+	if r[0] != 0 && r[0] != 1 {
+		return Reply{}, errorf(ErrMalformedReply, "allowed flag is %d, want 0 or 1", r[0])
+	}
+	if r[2] < 0 || r[3] < 0 || r[4] <= 0 {
+		return Reply{}, errorf(ErrMalformedReply, "negative duration or clock in reply %v", r)
+	}
+	return Reply{Allowed: r[0] == 1, Remaining: r[1], RetryAfter: r[2], ResetAfter: r[3], Now: r[4]}, nil
+}

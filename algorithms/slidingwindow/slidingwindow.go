@@ -1,0 +1,133 @@
+// Package slidingwindow is the sliding window log algorithm: at most Limit
+// units are admitted in any window of length Window, exactly. Every admitted
+// unit is remembered with its admission time (in Redis, a sorted set whose
+// members are unique request ids), so memory grows with the limit.
+//
+// The Lua script (slidingwindow.lua) and its Go twin (Decide) return
+// identical answers.
+package slidingwindow
+
+import (
+	_ "embed"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/holdfast/holdfast/core"
+)
+
+// Name is the algorithm's config name.
+const Name = "sliding_window"
+
+// MaxLimit bounds a sliding window's limit: every unit in the window is a
+// sorted-set member in Redis, about 100 bytes each.
+const MaxLimit = 1_000_000
+
+//go:embed slidingwindow.lua
+var source string
+
+var script = core.NewScript(Name, source, local)
+
+type algorithm struct{}
+
+// Algorithm is the sliding window as a core.Algorithm.
+var Algorithm core.Algorithm = algorithm{}
+
+// Policy returns a sliding window policy named name that admits at most limit
+// units in any window of length window.
+func Policy(name string, limit int64, window time.Duration) (core.Policy, error) {
+	return core.NewPolicy(name, Algorithm, limit, window)
+}
+
+func (algorithm) Name() string         { return Name }
+func (algorithm) Script() *core.Script { return script }
+func (algorithm) NeedsID() bool        { return true }
+
+func (algorithm) Validate(limit int64, window time.Duration) error {
+	if limit > MaxLimit {
+		return core.Errorf(core.ErrInvalidPolicy, "sliding window limit %d above %d", limit, MaxLimit)
+	}
+	if window < time.Millisecond {
+		return core.Errorf(core.ErrInvalidPolicy, "sliding window %v shorter than 1ms", window)
+	}
+	return nil
+}
+
+func (algorithm) Args(p core.Policy, cost int64, id string, nowMicros int64) []string {
+	args := []string{
+		strconv.FormatInt(p.Limit(), 10),
+		strconv.FormatInt(int64(p.Interval()/time.Microsecond), 10),
+		strconv.FormatInt(cost, 10),
+		id,
+	}
+	if nowMicros > 0 {
+		args = append(args, strconv.FormatInt(nowMicros, 10))
+	}
+	return args
+}
+
+// Log is a window's admitted units: their admission times in microseconds,
+// in ascending order.
+type Log struct {
+	At []int64
+}
+
+// Size is the log's size in bytes, for memory accounting.
+func (l *Log) Size() int64 { return 24 + 8*int64(cap(l.At)) }
+
+// Trim drops the units at or before now - w: they have left the window.
+func (l *Log) Trim(now, w int64) {
+	i := sort.Search(len(l.At), func(i int) bool { return l.At[i] > now-w })
+	if i > 0 {
+		l.At = append(l.At[:0], l.At[i:]...)
+	}
+}
+
+// Decide is the Go twin of slidingwindow.lua: it trims l, then admits n units
+// at now if they fit under limit lim in window w (microseconds), appending
+// them to l. It returns the script's reply.
+func Decide(l *Log, now, lim, w, n int64) [core.ReplyLen]int64 {
+	l.Trim(now, w)
+	count := int64(len(l.At))
+	if count+n > lim {
+		k := count + n - lim
+		return [core.ReplyLen]int64{0, max(lim-count, 0), l.At[k-1] + w - now, l.At[count-1] + w - now, now}
+	}
+	i := sort.Search(len(l.At), func(i int) bool { return l.At[i] > now })
+	for range n {
+		l.At = append(l.At, 0)
+	}
+	copy(l.At[i+int(n):], l.At[i:])
+	for j := range n {
+		l.At[i+int(j)] = now
+	}
+	return [core.ReplyLen]int64{1, lim - count - n, 0, w, now}
+}
+
+// local adapts Decide to core.LocalFunc for the memory store.
+func local(prev any, now int64, args []string) (any, []int64, int64, error) {
+	if len(args) < 4 || len(args) > 5 || args[3] == "" {
+		return prev, nil, 0, core.Errorf(core.ErrInvalidPolicy, "sliding window: bad arguments %q", args)
+	}
+	num := append([]string{args[0], args[1], args[2]}, args[4:]...)
+	v, err := core.ParseArgs(num, 3, 4)
+	if err != nil {
+		return prev, nil, 0, err
+	}
+	lim, w, n := v[0], v[1], v[2]
+	if lim < 1 || w < 1 || n < 1 || n > lim {
+		return prev, nil, 0, core.Errorf(core.ErrInvalidPolicy, "sliding window: bad arguments %q", args)
+	}
+	if len(v) == 4 && v[3] > 0 {
+		now = v[3]
+	}
+	l, _ := prev.(*Log)
+	if l == nil {
+		l = &Log{}
+	}
+	r := Decide(l, now, lim, w, n)
+	if len(l.At) == 0 {
+		return nil, r[:], 0, nil
+	}
+	return l, r[:], max(l.At[len(l.At)-1]+w-now, 1), nil
+}

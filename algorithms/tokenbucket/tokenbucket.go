@@ -42,7 +42,7 @@ func Policy(name string, capacity int64, perSecond float64) (core.Policy, error)
 		return core.Policy{}, core.Errorf(core.ErrInvalidPolicy, "policy %q: refill rate %v per second must be a positive number", name, perSecond)
 	}
 	us := math.Round(1e6 / perSecond)
-	if us < 1 {
+	if perSecond > 1e6 {
 		return core.Policy{}, core.Errorf(core.ErrInvalidPolicy, "policy %q: refill rate %v per second is above 1e6 per second", name, perSecond)
 	}
 	if us > float64(core.MaxInterval/time.Microsecond) {

@@ -125,6 +125,12 @@ var Tables = []Table{
 
 var seq atomic.Int64
 
+// TB is the part of testing.TB (and rapid.T) the suite's helpers use.
+type TB interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}
+
 // Run runs the conformance suite against the harness.
 func Run(t *testing.T, h Harness) {
 	for _, tb := range Tables {
@@ -163,7 +169,7 @@ func Run(t *testing.T, h Harness) {
 
 // Decide runs one decision of p on store s at nowMicros (0: the store's
 // clock) and returns the parsed reply, failing t on error.
-func Decide(t testing.TB, s core.Store, p core.Policy, key string, cost, nowMicros int64) core.Reply {
+func Decide(t TB, s core.Store, p core.Policy, key string, cost, nowMicros int64) core.Reply {
 	t.Helper()
 	id := ""
 	if p.Algorithm().NeedsID() {

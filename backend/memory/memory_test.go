@@ -2,6 +2,7 @@ package memory_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/holdfast/holdfast/backend/memory"
 	"github.com/holdfast/holdfast/core"
@@ -20,3 +21,14 @@ func (harness) MakeStore(t *testing.T) core.Store {
 }
 
 func TestConformance(t *testing.T) { storetest.Run(t, harness{}) }
+
+func TestDifferential(t *testing.T) { storetest.RunDifferential(t, harness{}) }
+
+// shared hands every instance the same store: one process, many goroutines.
+type shared struct{ s core.Store }
+
+func (h shared) MakeStore(*testing.T) core.Store { return h.s }
+
+func TestConcurrentAccuracy(t *testing.T) {
+	storetest.RunDistributed(t, shared{harness{}.MakeStore(t)}, 4, 2*time.Second)
+}

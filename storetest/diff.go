@@ -79,4 +79,3 @@ func check(rt *rapid.T, i int, got core.Reply, want [core.ReplyLen]int64) {
 		rt.Fatalf("step %d: store %+v, twin %+v", i, got, w)
 	}
 }
-

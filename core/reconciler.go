@@ -5,10 +5,6 @@ import "context"
 // A Grant is one request admitted without the shared store, kept in the
 // outage log until it is folded back into the store.
 type Grant struct {
-	// Key is the storage key (see StorageKey).
-	Key string
-	// Policy is the policy that admitted it.
-	Policy Policy
 	// ID is the request's unique id.
 	ID string
 	// Cost is what the request spent.
@@ -18,19 +14,39 @@ type Grant struct {
 	At int64
 }
 
-// A Batch is a set of grants replayed into the store as one idempotent unit.
+// A Seed is an instance's last known state of a key, from the last store
+// reply it saw: the reconciler writes it first when the store lost the key
+// (restarted without persistence), so a restart hands out no fresh quota.
+// For a token bucket Value is the credit in microseconds; for a sliding
+// window, the units in the window. At is the store time it describes; zero
+// means unknown.
+type Seed struct {
+	Value int64
+	At    int64
+}
+
+// A Batch is the grants of one key replayed into the store as one
+// idempotent unit.
 type Batch struct {
 	// ID names the batch uniquely: instance, outage epoch and sequence. The
 	// store marks it applied in the same atomic step that applies it, so a
 	// retried batch counts once.
 	ID string
-	// Grants are the batch's grants, all for one storage key, in time order.
+	// Key is the storage key (see StorageKey).
+	Key string
+	// Policy is the policy that admitted the grants.
+	Policy Policy
+	// Seed is the instance's last known state of Key.
+	Seed Seed
+	// Grants are the batch's grants, in time order.
 	Grants []Grant
 }
 
 // A Reconciler folds an outage log back into the shared store.
 type Reconciler interface {
-	// Reconcile applies each batch exactly once. It returns the number of
-	// batches acknowledged by the store; the caller clears only those.
-	Reconcile(ctx context.Context, store Store, batches []Batch) (applied int, err error)
+	// Reconcile applies each batch exactly once and reports, per batch, nil
+	// when the store acknowledged it (applied now or before) or the error.
+	// The caller clears only acknowledged batches and retries the others
+	// with the same ID.
+	Reconcile(ctx context.Context, store Store, batches []Batch) []error
 }

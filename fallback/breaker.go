@@ -16,7 +16,7 @@ import (
 // Errors reported by the breaker. Each is wrapped with detail; test with
 // errors.Is.
 var (
-	// ErrInvalidOptions reports an BreakerOptions value the breaker cannot use.
+	// ErrInvalidOptions reports a BreakerOptions value the breaker cannot use.
 	ErrInvalidOptions = errors.New("fallback: invalid breaker options")
 	// ErrSlowCall is the cause recorded when slow calls opened the breaker.
 	ErrSlowCall = errors.New("fallback: slow call")

@@ -1,0 +1,217 @@
+package fallback
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/holdfast/holdfast/algorithms/slidingwindow"
+	"github.com/holdfast/holdfast/algorithms/tokenbucket"
+	"github.com/holdfast/holdfast/core"
+)
+
+// probe is the breaker's health check: a PING when the store has one, else
+// a heartbeat.
+func (l *Limiter) probe(ctx context.Context) error {
+	if p, ok := l.store.(core.Pinger); ok {
+		return p.Ping(ctx)
+	}
+	return l.heartbeat(ctx)
+}
+
+// heartbeat refreshes this instance's membership and learns the live
+// instance count (never less than 1) and the store's clock.
+func (l *Limiter) heartbeat(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, l.breaker.CallTimeout())
+	defer cancel()
+	ttl := strconv.FormatInt(3*l.o.Heartbeat.Microseconds(), 10)
+	raw, err := l.store.Run(ctx, membersScript, []string{l.members}, []string{l.o.ID, ttl})
+	if err != nil {
+		return err
+	}
+	if len(raw) != 2 || raw[1] <= 0 {
+		return core.Errorf(core.ErrMalformedReply, "membership reply %v", raw)
+	}
+	l.instances.Store(max(raw[0], 1))
+	l.offset.Store(raw[1] - l.o.Clock().UnixMicro())
+	return nil
+}
+
+// background heartbeats while the breaker is closed and flushes grants
+// logged after the last replay (requests decided locally while the breaker
+// was closing, or a log read back from the state dir).
+func (l *Limiter) background(ctx context.Context) {
+	t := time.NewTicker(l.o.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		gen, ok := l.breaker.Allow()
+		if !ok {
+			continue
+		}
+		start := l.o.Clock()
+		err := l.heartbeat(ctx)
+		if err == nil || errors.Is(err, core.ErrStoreUnavailable) {
+			l.breaker.Done(gen, err, l.o.Clock().Sub(start))
+		}
+		if err == nil && l.log.pending() > 0 {
+			if err := l.reconcile(ctx); err != nil {
+				l.o.Logger.Warn("holdfast flush", "instance", l.o.ID, "err", err)
+			}
+		}
+	}
+}
+
+// reconcile replays the outage log until it is empty: grants keep arriving
+// while the breaker is reconciling, since requests still decide locally.
+func (l *Limiter) reconcile(ctx context.Context) error {
+	l.reconMu.Lock()
+	defer l.reconMu.Unlock()
+	start := time.Now()
+	total := 0
+	for round := 0; round < 20; round++ {
+		batches := l.log.seal()
+		if len(batches) == 0 {
+			break
+		}
+		errs := l.rec.Reconcile(ctx, l.store, batches)
+		l.log.ack(batches, errs)
+		for _, b := range batches {
+			total += len(b.Grants)
+		}
+		if err := errors.Join(errs...); err != nil {
+			return fmt.Errorf("fallback: reconcile: %w", err)
+		}
+	}
+	took := time.Since(start)
+	if l.o.StateDir != "" && l.log.pending() == 0 {
+		if err := os.Remove(l.statePath()); err != nil && !errors.Is(err, os.ErrNotExist) {
+			l.o.Logger.Warn("holdfast state file", "err", err)
+		}
+	}
+	l.lastRecon.Store(int64(took))
+	l.reconciles.Add(1)
+	l.o.Logger.Info("holdfast reconciled", "instance", l.o.ID, "grants", total, "took", took.String(), "pending", l.log.pending())
+	return nil
+}
+
+// Status is a snapshot of the Limiter for operators.
+type Status struct {
+	ID         string        `json:"id"`
+	Breaker    string        `json:"breaker"`
+	Instances  int64         `json:"instances"`
+	PendingLog int           `json:"pending_log"`
+	Reconciles uint64        `json:"reconciles"`
+	LastRecon  time.Duration `json:"last_reconcile_ns"`
+	Epoch      uint64        `json:"epoch"`
+}
+
+// Status returns the Limiter's state.
+func (l *Limiter) Status() Status {
+	return Status{
+		ID:         l.o.ID,
+		Breaker:    l.breaker.State().String(),
+		Instances:  l.instances.Load(),
+		PendingLog: l.log.pending(),
+		Reconciles: l.reconciles.Load(),
+		LastRecon:  time.Duration(l.lastRecon.Load()),
+		Epoch:      l.epoch.Load(),
+	}
+}
+
+// Breaker returns the Limiter's circuit breaker.
+func (l *Limiter) Breaker() *Breaker { return l.breaker }
+
+// savedBatch is a batch as written to the state dir.
+type savedBatch struct {
+	ID         string       `json:"id"`
+	Key        string       `json:"key"`
+	Policy     string       `json:"policy"`
+	Algorithm  string       `json:"algorithm"`
+	Limit      int64        `json:"limit"`
+	IntervalUS int64        `json:"interval_us"`
+	Seed       core.Seed    `json:"seed"`
+	Grants     []core.Grant `json:"grants"`
+}
+
+func (l *Limiter) statePath() string {
+	return filepath.Join(l.o.StateDir, "holdfast-"+l.o.ID+".outage-log.json")
+}
+
+// saveState writes every unacknowledged batch to the state dir (or removes
+// the file when there is none), atomically.
+func (l *Limiter) saveState() error {
+	batches := l.log.seal()
+	path := l.statePath()
+	if len(batches) == 0 {
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	out := make([]savedBatch, len(batches))
+	for i, b := range batches {
+		out[i] = savedBatch{ID: b.ID, Key: b.Key, Policy: b.Policy.Name(), Algorithm: b.Policy.Algorithm().Name(),
+			Limit: b.Policy.Limit(), IntervalUS: b.Policy.Interval().Microseconds(), Seed: b.Seed, Grants: b.Grants}
+	}
+	data, err := json.Marshal(out)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(l.o.StateDir, 0o700); err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	l.o.Logger.Info("holdfast saved outage log", "instance", l.o.ID, "batches", len(out), "path", path)
+	return os.Rename(tmp, path)
+}
+
+// loadState reads a saved outage log back; its batches keep their IDs, so
+// one that Redis applied before the stop is not counted again.
+func (l *Limiter) loadState() error {
+	data, err := os.ReadFile(l.statePath())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var saved []savedBatch
+	if err := json.Unmarshal(data, &saved); err != nil {
+		return fmt.Errorf("fallback: state file %s: %w", l.statePath(), err)
+	}
+	for _, s := range saved {
+		alg, err := algorithmByName(s.Algorithm)
+		if err != nil {
+			return fmt.Errorf("fallback: state file %s: %w", l.statePath(), err)
+		}
+		p, err := core.NewPolicy(s.Policy, alg, s.Limit, time.Duration(s.IntervalUS)*time.Microsecond)
+		if err != nil {
+			return fmt.Errorf("fallback: state file %s: %w", l.statePath(), err)
+		}
+		l.log.restore(&core.Batch{ID: s.ID, Key: s.Key, Policy: p, Seed: s.Seed, Grants: s.Grants})
+	}
+	return nil
+}
+
+func algorithmByName(name string) (core.Algorithm, error) {
+	switch name {
+	case tokenbucket.Name:
+		return tokenbucket.Algorithm, nil
+	case slidingwindow.Name:
+		return slidingwindow.Algorithm, nil
+	}
+	return nil, fmt.Errorf("%w: algorithm %q", core.ErrUnknownPolicy, name)
+}

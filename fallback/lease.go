@@ -1,0 +1,144 @@
+package fallback
+
+import (
+	"sort"
+
+	"github.com/holdfast/holdfast/algorithms/slidingwindow"
+	"github.com/holdfast/holdfast/algorithms/tokenbucket"
+	"github.com/holdfast/holdfast/core"
+)
+
+// keyState is what an instance remembers of one key: the last state Redis
+// reported (known) and, during an outage, its lease: the local share of the
+// key's quota that it enforces alone.
+type keyState struct {
+	known known
+	epoch uint64 // the outage the lease belongs to; 0: no lease
+	tb    tokenbucket.State
+	tbOK  bool
+	sw    weightedLog
+	seed  core.Seed // known state when the lease began, for reconciliation
+}
+
+// known is the key's state in the last Redis reply: for a token bucket its
+// credit in microseconds, for a sliding window the units in the window and
+// the time of the newest. at is the reply's Redis time; zero means unknown.
+type known struct {
+	value  int64
+	newest int64
+	at     int64
+}
+
+// Size is the key's approximate size in bytes, for the lease store's bound.
+func (k *keyState) Size() int64 { return 96 + 16*int64(cap(k.sw.at)) }
+
+// observe records a Redis reply for policy p.
+func (k *keyState) observe(p core.Policy, r core.Reply) {
+	switch p.Algorithm().Name() {
+	case tokenbucket.Name:
+		k.known = known{value: p.Limit()*p.Interval().Microseconds() - r.ResetAfter, at: r.Now}
+	case slidingwindow.Name:
+		newest := r.Now
+		if !r.Allowed {
+			newest = r.Now + r.ResetAfter - p.Interval().Microseconds()
+		}
+		k.known = known{value: p.Limit() - r.Remaining, newest: newest, at: r.Now}
+	}
+}
+
+// share is one instance's part of a quota: at least one unit, so a policy
+// smaller than the instance count still admits something during an outage.
+func share(limit, n int64) int64 { return max(limit/n, 1) }
+
+// decideLease makes a local decision of cost units under the instance's
+// 1/n share of policy p, starting the lease from the known state when epoch
+// is new. It reports the decision as a Reply in units of the share.
+func (k *keyState) decideLease(p core.Policy, epoch uint64, n, now, cost int64) core.Reply {
+	fresh := k.epoch != epoch
+	if fresh {
+		k.epoch = epoch
+		k.seed = core.Seed{Value: k.known.value, At: k.known.at}
+		if p.Algorithm().Name() == slidingwindow.Name {
+			k.seed.At = k.known.newest
+		}
+	}
+	var r [core.ReplyLen]int64
+	switch p.Algorithm().Name() {
+	case tokenbucket.Name:
+		t := p.Interval().Microseconds()
+		// Credit is shared in microseconds: a token costs n·t locally, and a
+		// full local bucket holds C·t, or one token when C < n.
+		full := max(p.Limit(), n) * t
+		if fresh {
+			k.tb, k.tbOK = tokenbucket.State{Credit: k.known.value, Last: k.known.at}, k.known.at > 0
+		}
+		var changed bool
+		var next tokenbucket.State
+		next, changed, r = tokenbucket.DecideCredit(k.tb, k.tbOK, now, full, n*t, cost)
+		if changed {
+			k.tb, k.tbOK = next, true
+		}
+	case slidingwindow.Name:
+		w := p.Interval().Microseconds()
+		if fresh {
+			k.sw = weightedLog{}
+			if k.known.at > 0 && k.known.newest > now-w {
+				k.sw.add(k.known.newest, k.known.value)
+			}
+		}
+		r = k.sw.decide(now, max(p.Limit(), n), w, n, cost)
+	}
+	return core.Reply{Allowed: r[0] == 1, Remaining: r[1], RetryAfter: r[2], ResetAfter: r[3], Now: r[4]}
+}
+
+// weightedLog is a sliding window counted in sub-units: one local unit
+// weighs n (the instance count) against a limit of L, so an instance admits
+// L/n units per window; the carried-in count of the window Redis last
+// reported weighs its own count (the instance's 1/n share of it).
+type weightedLog struct {
+	at  []int64
+	w   []int64
+	sum int64
+}
+
+func (l *weightedLog) add(at, w int64) {
+	i := sort.Search(len(l.at), func(i int) bool { return l.at[i] > at })
+	l.at = append(l.at, 0)
+	l.w = append(l.w, 0)
+	copy(l.at[i+1:], l.at[i:])
+	copy(l.w[i+1:], l.w[i:])
+	l.at[i], l.w[i] = at, w
+	l.sum += w
+}
+
+func (l *weightedLog) trim(now, window int64) {
+	i := 0
+	for i < len(l.at) && l.at[i] <= now-window {
+		l.sum -= l.w[i]
+		i++
+	}
+	l.at, l.w = l.at[i:], l.w[i:]
+}
+
+// decide admits cost units weighing n each under limit lim (sub-units).
+func (l *weightedLog) decide(now, lim, window, n, cost int64) [core.ReplyLen]int64 {
+	l.trim(now, window)
+	need := cost * n
+	if l.sum+need <= lim {
+		l.add(now, need)
+		return [core.ReplyLen]int64{1, (lim - l.sum) / n, 0, window, now}
+	}
+	// Wait until enough weight leaves the window; a cost above the share
+	// never fits locally, so it is told to wait a window.
+	retry := window
+	left := l.sum
+	for i := range l.at {
+		left -= l.w[i]
+		if left+need <= lim {
+			retry = l.at[i] + window - now
+			break
+		}
+	}
+	newest := l.at[len(l.at)-1]
+	return [core.ReplyLen]int64{0, max(lim-l.sum, 0) / n, max(retry, 0), newest + window - now, now}
+}

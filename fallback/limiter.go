@@ -1,0 +1,351 @@
+package fallback
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/holdfast/holdfast/backend/memory"
+	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/reconcile"
+)
+
+// OutageMode is what a policy does while Redis is unavailable.
+type OutageMode int
+
+const (
+	// Leases (the default) limits locally with this instance's share of the
+	// quota and folds the usage back into Redis when it returns.
+	Leases OutageMode = iota
+	// FailClosed denies every request, for routes such as logins where a
+	// burst is worse than an outage.
+	FailClosed
+	// FailOpen admits every request; the usage is still logged and folded
+	// back, so the key pays it back afterwards (a debt of at most one
+	// bucket or window).
+	FailOpen
+)
+
+// String returns "leases", "fail_closed" or "fail_open".
+func (m OutageMode) String() string {
+	switch m {
+	case FailClosed:
+		return "fail_closed"
+	case FailOpen:
+		return "fail_open"
+	}
+	return "leases"
+}
+
+// ParseOutageMode parses "leases", "fail_closed" or "fail_open"; "" is
+// Leases.
+func ParseOutageMode(s string) (OutageMode, error) {
+	switch s {
+	case "", "leases":
+		return Leases, nil
+	case "fail_closed":
+		return FailClosed, nil
+	case "fail_open":
+		return FailOpen, nil
+	}
+	return Leases, fmt.Errorf("fallback: unknown outage mode %q (want leases, fail_closed or fail_open)", s)
+}
+
+// Options configures a Limiter. The zero value of each field means its
+// documented default.
+type Options struct {
+	// ID names this instance in the membership set and in batch IDs. ""
+	// means hostname-pid.
+	ID string
+	// Prefix starts every storage key. "" means core.DefaultPrefix.
+	Prefix string
+	// Breaker configures the circuit breaker; its Probe and Reconcile are
+	// set by the Limiter. Its CallTimeout (default 50ms) bounds every Redis
+	// call on the request path.
+	Breaker BreakerOptions
+	// ExpectedInstances is the instance count used until membership reports
+	// the real one (an instance that starts while Redis is down). 0 means 1.
+	ExpectedInstances int
+	// Heartbeat is how often the instance refreshes its membership and
+	// flushes a leftover outage log. 0 means 1s; a heartbeat counts for three
+	// periods.
+	Heartbeat time.Duration
+	// OutageModes maps policy names to their outage mode; absent means Leases.
+	OutageModes map[string]OutageMode
+	// MaxLogGrants bounds the outage log (about 100 bytes a grant). 0 means
+	// 1<<20. See ErrLogFull for what happens at the bound.
+	MaxLogGrants int
+	// LeaseBytes bounds the memory of known states and leases. 0 means 64 MiB;
+	// a forgotten key gets a fresh share (policy/N) in an outage.
+	LeaseBytes int64
+	// StateDir, when set, is where Close writes an unreconciled outage log
+	// and where New reads it back, so a restart loses no usage.
+	StateDir string
+	// Reconcile configures the replay.
+	Reconcile reconcile.Options
+	// Clock is the local time source. nil means time.Now.
+	Clock func() time.Time
+	// Logger receives breaker transitions and reconciliations. nil means
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// Limiter is a rate limiter that decides through the shared store while it
+// is healthy and with local leases while it is not. It is safe for
+// concurrent use. Call Start before use and Close when done.
+type Limiter struct {
+	store   core.Store
+	o       Options
+	breaker *Breaker
+	leases  *memory.Store
+	log     *outageLog
+	rec     *reconcile.Reconciler
+	members string
+
+	epoch      atomic.Uint64
+	instances  atomic.Int64
+	offset     atomic.Int64 // store time minus local time, microseconds
+	reconciles atomic.Uint64
+	lastRecon  atomic.Int64 // duration of the last reconciliation, ns
+
+	reconMu sync.Mutex
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+//go:embed members.lua
+var membersSource string
+
+var membersScript = core.NewScript("members", membersSource, nil)
+
+// New returns a Limiter over store, which should be a Redis backend.
+func New(store core.Store, o Options) (*Limiter, error) {
+	if store == nil {
+		return nil, errors.New("fallback: nil store")
+	}
+	if err := o.defaults(); err != nil {
+		return nil, err
+	}
+	l := &Limiter{store: store, o: o, rec: reconcile.New(o.Reconcile)}
+	l.members = o.Prefix + "{members}"
+	l.epoch.Store(1)
+	l.instances.Store(int64(o.ExpectedInstances))
+	leases, err := memory.New(memory.Options{MaxBytes: o.LeaseBytes, Clock: l.storeNow})
+	if err != nil {
+		return nil, err
+	}
+	l.leases = leases
+	l.log = newOutageLog(o.ID+":"+uuid.NewString()[:8], o.MaxLogGrants)
+	bo := o.Breaker
+	bo.Probe = l.probe
+	bo.Reconcile = l.reconcile
+	user := bo.OnStateChange
+	bo.OnStateChange = func(from, to State) {
+		if from == Closed && to == Open {
+			l.epoch.Add(1)
+		}
+		l.o.Logger.Info("holdfast breaker", "instance", l.o.ID, "from", from.String(), "to", to.String(), "cause", fmt.Sprint(l.breaker.Cause()))
+		if user != nil {
+			user(from, to)
+		}
+	}
+	if l.breaker, err = NewBreaker(bo); err != nil {
+		return nil, err
+	}
+	if o.StateDir != "" {
+		if err := l.loadState(); err != nil {
+			return nil, err
+		}
+	}
+	return l, nil
+}
+
+func (o *Options) defaults() error {
+	if o.ExpectedInstances < 0 || o.Heartbeat < 0 || o.MaxLogGrants < 0 || o.LeaseBytes < 0 {
+		return fmt.Errorf("%w: negative ExpectedInstances, Heartbeat, MaxLogGrants or LeaseBytes", ErrInvalidOptions)
+	}
+	if o.ID == "" {
+		host, _ := os.Hostname()
+		o.ID = host + "-" + strconv.Itoa(os.Getpid())
+	}
+	if o.Prefix == "" {
+		o.Prefix = core.DefaultPrefix
+	}
+	o.ExpectedInstances = max(o.ExpectedInstances, 1)
+	if o.Heartbeat == 0 {
+		o.Heartbeat = time.Second
+	}
+	if o.MaxLogGrants == 0 {
+		o.MaxLogGrants = 1 << 20
+	}
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return nil
+}
+
+// storeNow is the local clock converted to the store's clock with the
+// tracked offset.
+func (l *Limiter) storeNow() time.Time {
+	return l.o.Clock().Add(time.Duration(l.offset.Load()) * time.Microsecond)
+}
+
+// Start checks the store and starts the background work: the health probe,
+// the membership heartbeat and the flush of leftover logs. If the store is
+// unreachable the Limiter starts in degraded mode and serves from leases.
+func (l *Limiter) Start(ctx context.Context) error {
+	ctx, l.cancel = context.WithCancel(ctx)
+	if err := l.heartbeat(ctx); err != nil && errors.Is(err, core.ErrStoreUnavailable) {
+		l.breaker.Trip(err)
+	}
+	if err := l.breaker.StartProbing(ctx); err != nil {
+		return err
+	}
+	l.wg.Go(func() { l.background(ctx) })
+	return nil
+}
+
+// Close stops the background work and, with a StateDir, saves what Redis has
+// not acknowledged.
+func (l *Limiter) Close() error {
+	if l.cancel != nil {
+		l.cancel()
+	}
+	l.wg.Wait()
+	l.breaker.Close()
+	defer l.leases.Close()
+	if l.o.StateDir != "" {
+		return l.saveState()
+	}
+	return nil
+}
+
+// Allow is shorthand for AllowN(ctx, p, key, 1).
+func (l *Limiter) Allow(ctx context.Context, p core.Policy, key string) (core.Result, error) {
+	return l.AllowN(ctx, p, key, 1)
+}
+
+// AllowN decides whether key may spend cost units of policy p now. While
+// the breaker is closed Redis decides; otherwise, or when the call fails,
+// this instance decides alone with its share of the quota (Result.Degraded).
+func (l *Limiter) AllowN(ctx context.Context, p core.Policy, key string, cost int64) (core.Result, error) {
+	if err := core.CheckRequest(p, key, cost); err != nil {
+		return core.Result{}, err
+	}
+	skey := core.StorageKey(l.o.Prefix, p.Name(), key)
+	var id string
+	if p.Algorithm().NeedsID() {
+		id = uuid.NewString()
+	}
+	if gen, ok := l.breaker.Allow(); ok {
+		r, err := l.remote(ctx, gen, p, skey, cost, id)
+		if err == nil || !errors.Is(err, core.ErrStoreUnavailable) {
+			return r, err
+		}
+		// The call failed. If it failed after it was sent, Redis may have
+		// applied it: its outcome is unknown. The request is decided
+		// locally and, if admitted, logged; at worst Redis counts it twice
+		// (under-admission of one request per failed call, at most
+		// Failures calls plus those in flight per outage). A sliding window
+		// grant keeps the same request id, so there the replay adds it once.
+	}
+	return l.local(p, skey, cost, id)
+}
+
+// remote decides through the store under the breaker's call deadline.
+func (l *Limiter) remote(ctx context.Context, gen uint64, p core.Policy, skey string, cost int64, id string) (core.Result, error) {
+	cctx, cancel := context.WithTimeout(ctx, l.breaker.CallTimeout())
+	start := l.o.Clock()
+	raw, err := l.store.Run(cctx, p.Algorithm().Script(), []string{skey}, p.Algorithm().Args(p, cost, id, 0))
+	took := l.o.Clock().Sub(start)
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return core.Result{}, ctx.Err() // the caller gave up: not the store's fault
+		}
+		if !errors.Is(err, core.ErrStoreUnavailable) {
+			l.breaker.Done(gen, nil, took) // Redis answered: a script or type error
+			return core.Result{}, err
+		}
+		l.breaker.Done(gen, err, took)
+		return core.Result{}, err
+	}
+	rep, err := core.ParseReply(raw)
+	l.breaker.Done(gen, err, took)
+	if err != nil {
+		return core.Result{}, err
+	}
+	l.offset.Store(rep.Now - l.o.Clock().UnixMicro())
+	l.leases.Update(skey, func(prev any, _ int64) (any, int64) {
+		ks, _ := prev.(*keyState)
+		if ks == nil {
+			ks = &keyState{}
+		}
+		ks.observe(p, rep)
+		return ks, rep.ResetAfter + int64(time.Second/time.Microsecond)
+	})
+	return result(p.Limit(), rep, core.ModeRedis, false), nil
+}
+
+// local decides without the store, by the policy's outage mode.
+func (l *Limiter) local(p core.Policy, skey string, cost int64, id string) (core.Result, error) {
+	switch l.o.OutageModes[p.Name()] {
+	case FailClosed:
+		retry := l.o.Breaker.ProbeInterval
+		if retry == 0 {
+			retry = time.Second
+		}
+		return core.Result{Limit: p.Limit(), RetryAfter: retry, Mode: core.ModeFailClosed, Degraded: true}, nil
+	case FailOpen:
+		g := core.Grant{ID: id, Cost: cost, At: l.storeNow().UnixMicro()}
+		if err := l.log.add(skey, p, core.Seed{}, g); err != nil {
+			return core.Result{Limit: p.Limit(), RetryAfter: time.Second, Mode: core.ModeFailOpen, Degraded: true}, nil
+		}
+		return core.Result{Allowed: true, Limit: p.Limit(), Remaining: p.Limit(), Mode: core.ModeFailOpen, Degraded: true}, nil
+	}
+	n := l.instances.Load()
+	epoch := l.epoch.Load()
+	var rep core.Reply
+	var seed core.Seed
+	l.leases.Update(skey, func(prev any, now int64) (any, int64) {
+		ks, _ := prev.(*keyState)
+		if ks == nil {
+			ks = &keyState{}
+		}
+		rep = ks.decideLease(p, epoch, n, now, cost)
+		seed = ks.seed
+		return ks, rep.ResetAfter + int64(time.Second/time.Microsecond)
+	})
+	r := result(share(p.Limit(), n), rep, core.ModeLocal, true)
+	if r.Allowed {
+		if err := l.log.add(skey, p, seed, core.Grant{ID: id, Cost: cost, At: rep.Now}); err != nil {
+			// Denied: a grant that cannot be logged would be lost usage.
+			r.Allowed, r.RetryAfter = false, time.Second
+		}
+	}
+	return r, nil
+}
+
+func result(limit int64, r core.Reply, mode core.Mode, degraded bool) core.Result {
+	return core.Result{
+		Allowed:    r.Allowed,
+		Limit:      limit,
+		Remaining:  r.Remaining,
+		RetryAfter: time.Duration(r.RetryAfter) * time.Microsecond,
+		ResetAfter: time.Duration(r.ResetAfter) * time.Microsecond,
+		Mode:       mode,
+		Degraded:   degraded,
+	}
+}

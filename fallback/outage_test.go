@@ -1,0 +1,218 @@
+package fallback_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/holdfast/holdfast/algorithms/slidingwindow"
+	"github.com/holdfast/holdfast/algorithms/tokenbucket"
+	"github.com/holdfast/holdfast/backend/goredis"
+	"github.com/holdfast/holdfast/backend/rueidis"
+	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/fallback"
+	"github.com/holdfast/holdfast/internal/redistest"
+)
+
+const callTimeout = 100 * time.Millisecond
+
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
+func init() { redis.SetLogger(quiet{}) } // a dead Redis is the point here
+
+// newStore returns a store of the named backend on url, closed at the end.
+func newStore(t *testing.T, backend, url string) core.Store {
+	t.Helper()
+	switch backend {
+	case "goredis":
+		c, err := goredis.NewClient(url, goredis.ClientOptions{ReadTimeout: callTimeout, WriteTimeout: callTimeout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return goredis.New(c)
+	case "rueidis":
+		c, err := rueidis.NewClient(url, rueidis.ClientOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		return rueidis.New(c)
+	}
+	t.Fatalf("unknown backend %q", backend)
+	return nil
+}
+
+// instances is N fallback Limiters, each with its own client, and the
+// breaker transitions each went through.
+type instances struct {
+	lims []*fallback.Limiter
+	mu   sync.Mutex
+	seen [][]fallback.State
+}
+
+func startInstances(t *testing.T, backend, url string, n int, stateDir string) *instances {
+	t.Helper()
+	in := &instances{seen: make([][]fallback.State, n)}
+	for i := range n {
+		l, err := fallback.New(newStore(t, backend, url), fallback.Options{
+			ID:        fmt.Sprintf("app%d", i+1),
+			Heartbeat: 200 * time.Millisecond,
+			Breaker: fallback.BreakerOptions{
+				CallTimeout:   callTimeout,
+				ProbeInterval: 200 * time.Millisecond,
+				Jitter:        50 * time.Millisecond,
+				OnStateChange: func(_, to fallback.State) {
+					in.mu.Lock()
+					in.seen[i] = append(in.seen[i], to)
+					in.mu.Unlock()
+				},
+			},
+			ExpectedInstances: n,
+			StateDir:          stateDir,
+			Logger:            slog.New(slog.NewTextHandler(io.Discard, nil)),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		in.lims = append(in.lims, l)
+	}
+	return in
+}
+
+// load is what the load balancer saw.
+type load struct {
+	admitted, denied, errors atomic.Int64
+	worst                    atomic.Int64 // slowest decision, ns
+}
+
+// drive sends requests for key round-robin over the instances from
+// `workers` goroutines, pausing `pause` between requests, until ctx ends.
+func (in *instances) drive(ctx context.Context, p core.Policy, key string, workers int, pause time.Duration, ld *load) {
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	for range workers {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				l := in.lims[next.Add(1)%int64(len(in.lims))]
+				start := time.Now()
+				r, err := l.Allow(context.Background(), p, key)
+				took := time.Since(start)
+				if took > time.Duration(ld.worst.Load()) {
+					ld.worst.Store(int64(took))
+				}
+				switch {
+				case err != nil:
+					ld.errors.Add(1)
+				case r.Allowed:
+					ld.admitted.Add(1)
+				default:
+					ld.denied.Add(1)
+				}
+				time.Sleep(pause)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// bound is what policy p allows over a run of length d.
+func bound(p core.Policy, d time.Duration) float64 {
+	if p.Algorithm().Name() == tokenbucket.Name {
+		return float64(p.Limit()) + d.Seconds()*tokenbucket.Rate(p)
+	}
+	return float64(p.Limit() * (int64(d/p.Interval()) + 1))
+}
+
+// TestOutage kills Redis under load above the limit and brings it back,
+// with its data (AOF) or empty: over the whole run the instances together
+// admit between 85% and 105% of the policy's bound, no caller sees an
+// error, and every instance goes open, reconciling, closed.
+func TestOutage(t *testing.T) {
+	// The replay's under-admission is bounded by the debt clamp (one
+	// bucket), so a capacity small against the run keeps the bound tight.
+	tb, _ := tokenbucket.Policy("tb", 10, 20)
+	sw, _ := slidingwindow.Policy("sw", 20, time.Second)
+	for _, tc := range []struct {
+		backend string
+		p       core.Policy
+		aof     bool
+	}{
+		{"goredis", tb, true}, {"goredis", sw, true}, {"rueidis", tb, true}, {"rueidis", sw, true},
+		{"goredis", tb, false}, {"rueidis", sw, false},
+	} {
+		restart := "aof"
+		if !tc.aof {
+			restart = "empty"
+		}
+		t.Run(fmt.Sprintf("%s/%s/%s", tc.backend, tc.p.Algorithm().Name(), restart), func(t *testing.T) {
+			t.Parallel()
+			var opts []redistest.Option
+			if tc.aof {
+				opts = append(opts, redistest.WithAOF())
+			}
+			srv := redistest.Start(t, opts...)
+			in := startInstances(t, tc.backend, srv.URL(), 4, "")
+			time.Sleep(300 * time.Millisecond) // every instance has heartbeated: N = 4
+
+			const normal, outage, after = 1500 * time.Millisecond, 3 * time.Second, 3 * time.Second
+			ctx, cancel := context.WithTimeout(context.Background(), normal+outage+after)
+			defer cancel()
+			go func() {
+				time.Sleep(normal)
+				srv.Kill()
+				time.Sleep(outage)
+				srv.Restart(t)
+			}()
+			var ld load
+			start := time.Now()
+			in.drive(ctx, tc.p, "client-1", 4, 2*time.Millisecond, &ld)
+			took := time.Since(start)
+			b := bound(tc.p, took)
+			ratio := float64(ld.admitted.Load()) / b
+			t.Logf("admitted %d denied %d errors %d in %v: bound %.0f, ratio %.3f, slowest decision %v",
+				ld.admitted.Load(), ld.denied.Load(), ld.errors.Load(), took.Round(time.Millisecond), b, ratio, time.Duration(ld.worst.Load()))
+			if ld.errors.Load() != 0 {
+				t.Errorf("%d errors reached callers", ld.errors.Load())
+			}
+			if ratio > 1.05 || ratio < 0.85 {
+				t.Errorf("admitted/bound = %.3f, want within [0.85, 1.05]", ratio)
+			}
+			in.checkRecovered(t)
+		})
+	}
+}
+
+// checkRecovered asserts every instance went open, reconciling, closed and
+// left nothing in its outage log.
+func (in *instances) checkRecovered(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for i, l := range in.lims {
+		for l.Status().Breaker != "closed" || l.Status().PendingLog > 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("instance %d not recovered: %+v", i, l.Status())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		in.mu.Lock()
+		seen := fmt.Sprint(in.seen[i])
+		in.mu.Unlock()
+		if seen != "[open reconciling closed]" {
+			t.Errorf("instance %d went through %s, want [open reconciling closed]", i, seen)
+		}
+	}
+}

@@ -1,0 +1,157 @@
+package fallback
+
+import (
+	"errors"
+	"slices"
+	"strconv"
+	"sync"
+
+	"github.com/holdfast/holdfast/algorithms/tokenbucket"
+	"github.com/holdfast/holdfast/core"
+)
+
+// ErrLogFull reports that the outage log holds its maximum of grants even
+// after compaction: the request is denied rather than admitted unrecorded.
+var ErrLogFull = errors.New("fallback: outage log full")
+
+// outageLog holds the grants made without Redis until Redis acknowledges
+// them. Grants of one key accumulate in an open batch; seal turns open
+// batches into numbered batches, which are retried with the same ID until
+// acknowledged, so a batch counts once however often it is sent.
+//
+// Memory is bounded by max grants. At the bound the log first compacts:
+// each token bucket key's grants merge into one grant of their summed cost
+// at the latest time (charging later refills less, so the merged grant
+// never under-counts), and sliding window grants already outside their
+// window are dropped (a replay would skip them). If that frees nothing the
+// new grant is refused with ErrLogFull and the request denied: nothing
+// granted is ever left out of the log.
+type outageLog struct {
+	mu     sync.Mutex
+	prefix string // instance and process: batch IDs are unique across restarts
+	seq    uint64
+	open   map[string]*core.Batch
+	sealed []*core.Batch
+	grants int
+	max    int
+}
+
+func newOutageLog(prefix string, max int) *outageLog {
+	return &outageLog{prefix: prefix, open: make(map[string]*core.Batch), max: max}
+}
+
+// add logs a grant of key under policy p; seed is the key's known state
+// when its lease began.
+func (g *outageLog) add(key string, p core.Policy, seed core.Seed, gr core.Grant) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.grants >= g.max {
+		g.compactLocked(gr.At)
+		if g.grants >= g.max {
+			return ErrLogFull
+		}
+	}
+	b := g.open[key]
+	if b == nil {
+		b = &core.Batch{Key: key, Policy: p, Seed: seed}
+		g.open[key] = b
+	}
+	b.Grants = append(b.Grants, gr)
+	g.grants++
+	return nil
+}
+
+// compactLocked shrinks the open batches; see outageLog.
+func (g *outageLog) compactLocked(now int64) {
+	for _, b := range g.open {
+		n := len(b.Grants)
+		if n == 0 {
+			continue
+		}
+		if b.Policy.Algorithm().Name() == tokenbucket.Name {
+			if n > 1 {
+				last := b.Grants[n-1]
+				for _, x := range b.Grants[:n-1] {
+					last.Cost += x.Cost
+					last.At = max(last.At, x.At)
+				}
+				b.Grants = append(b.Grants[:0], last)
+			}
+		} else {
+			w := b.Policy.Interval().Microseconds()
+			b.Grants = slices.DeleteFunc(b.Grants, func(x core.Grant) bool { return x.At <= now-w })
+		}
+		g.grants -= n - len(b.Grants)
+	}
+}
+
+// seal numbers the open batches and returns every batch not yet
+// acknowledged, oldest first.
+func (g *outageLog) seal() []core.Batch {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	keys := make([]string, 0, len(g.open))
+	for k, b := range g.open {
+		if len(b.Grants) > 0 {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		b := g.open[k]
+		delete(g.open, k)
+		slices.SortStableFunc(b.Grants, func(x, y core.Grant) int { return cmpInt(x.At, y.At) })
+		g.seq++
+		b.ID = g.prefix + ":" + strconv.FormatUint(g.seq, 10)
+		g.sealed = append(g.sealed, b)
+	}
+	out := make([]core.Batch, len(g.sealed))
+	for i, b := range g.sealed {
+		out[i] = *b
+	}
+	return out
+}
+
+// ack clears the batches whose error is nil.
+func (g *outageLog) ack(batches []core.Batch, errs []error) {
+	done := make(map[string]bool, len(batches))
+	for i, b := range batches {
+		if errs[i] == nil {
+			done[b.ID] = true
+		}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.sealed = slices.DeleteFunc(g.sealed, func(b *core.Batch) bool {
+		if done[b.ID] {
+			g.grants -= len(b.Grants)
+			return true
+		}
+		return false
+	})
+}
+
+// pending is the number of grants not yet acknowledged.
+func (g *outageLog) pending() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.grants
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// restore adds a sealed batch read back from the state dir.
+func (g *outageLog) restore(b *core.Batch) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.sealed = append(g.sealed, b)
+	g.grants += len(b.Grants)
+}

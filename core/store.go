@@ -85,3 +85,9 @@ func ParseReply(r []int64) (Reply, error) {
 	}
 	return Reply{Allowed: r[0] == 1, Remaining: r[1], RetryAfter: r[2], ResetAfter: r[3], Now: r[4]}, nil
 }
+
+// Pinger is implemented by stores that can check their connection cheaply,
+// like database/sql/driver.Pinger. The fallback layer's health probe uses it.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}

@@ -2,6 +2,7 @@ package fallback
 
 import (
 	"context"
+	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -69,6 +70,48 @@ func (l *Limiter) background(ctx context.Context) {
 			}
 		}
 	}
+}
+
+//go:embed recovery.lua
+var recoverySource string
+
+var recoveryScript = core.NewScript("recovery", recoverySource, nil)
+
+// recover is the breaker's Reconcile: replay the log, wait at the recovery
+// barrier until every instance of this outage has had a probe interval to
+// find Redis back and replay its own log, replay what was granted
+// meanwhile, and let the breaker close. Instances thus return to Redis
+// together, and none decides on a shared state that lacks the grants of
+// another still deciding locally.
+func (l *Limiter) recover(ctx context.Context) error {
+	if err := l.reconcile(ctx); err != nil {
+		return err
+	}
+	ahead := l.probeInterval() + l.probeInterval()/4
+	cctx, cancel := context.WithTimeout(ctx, l.breaker.CallTimeout())
+	raw, err := l.store.Run(cctx, recoveryScript, []string{l.o.Prefix + "{recovery}"}, []string{strconv.FormatInt(ahead.Microseconds(), 10)})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("fallback: recovery barrier: %w", err)
+	}
+	if len(raw) != 2 {
+		return core.Errorf(core.ErrMalformedReply, "recovery barrier reply %v", raw)
+	}
+	if wait := time.Duration(raw[0]-raw[1]) * time.Microsecond; wait > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(min(wait, 2*ahead)):
+		}
+	}
+	return l.reconcile(ctx)
+}
+
+func (l *Limiter) probeInterval() time.Duration {
+	if l.o.Breaker.ProbeInterval > 0 {
+		return l.o.Breaker.ProbeInterval
+	}
+	return time.Second
 }
 
 // reconcile replays the outage log until it is empty: grants keep arriving

@@ -147,7 +147,10 @@ func New(store core.Store, o Options) (*Limiter, error) {
 	l.log = newOutageLog(o.ID+":"+uuid.NewString()[:8], o.MaxLogGrants)
 	bo := o.Breaker
 	bo.Probe = l.probe
-	bo.Reconcile = l.reconcile
+	bo.Reconcile = l.recover
+	if bo.Jitter == 0 {
+		bo.Jitter = time.Nanosecond // the recovery barrier spreads nothing: instances return together
+	}
 	user := bo.OnStateChange
 	bo.OnStateChange = func(from, to State) {
 		if from == Closed && to == Open {

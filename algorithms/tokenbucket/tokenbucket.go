@@ -99,7 +99,14 @@ func Full(c, t, now int64) State { return State{Credit: c * t, Last: now} }
 // the refill interval t in microseconds and the cost n, it returns the next
 // state, whether it changed, and the script's reply.
 func Decide(st State, ok bool, now, c, t, n int64) (next State, changed bool, reply [core.ReplyLen]int64) {
-	full := c * t
+	return DecideCredit(st, ok, now, c*t, t, n)
+}
+
+// DecideCredit is Decide for a bucket that holds at most full microseconds
+// of credit and charges tokenCost microseconds a token. With full = C·T and
+// tokenCost = N·T it is one instance's 1/N share of a bucket of capacity C
+// and interval T: capacity C/N, refill rate 1/(N·T), fractions included.
+func DecideCredit(st State, ok bool, now, full, tokenCost, n int64) (next State, changed bool, reply [core.ReplyLen]int64) {
 	credit := full
 	if ok {
 		credit = st.Credit
@@ -108,16 +115,16 @@ func Decide(st State, ok bool, now, c, t, n int64) (next State, changed bool, re
 		}
 		credit = min(credit, full)
 	}
-	need := n * t
+	need := n * tokenCost
 	if credit < need {
 		remaining := int64(0)
 		if credit > 0 {
-			remaining = credit / t
+			remaining = credit / tokenCost
 		}
 		return st, false, [core.ReplyLen]int64{0, remaining, need - credit, full - credit, now}
 	}
 	credit -= need
-	return State{Credit: credit, Last: now}, true, [core.ReplyLen]int64{1, credit / t, 0, full - credit, now}
+	return State{Credit: credit, Last: now}, true, [core.ReplyLen]int64{1, credit / tokenCost, 0, full - credit, now}
 }
 
 // local adapts Decide to core.LocalFunc for the memory store.

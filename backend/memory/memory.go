@@ -120,7 +120,26 @@ func (s *Store) Run(ctx context.Context, sc *core.Script, keys []string, args []
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	key := keys[0]
+	var reply []int64
+	var err error
+	s.Update(keys[0], func(prev any, now int64) (any, int64) {
+		var next any
+		var ttl int64
+		next, reply, ttl, err = f(prev, now, args)
+		if err != nil {
+			return prev, -1
+		}
+		return next, ttl
+	})
+	return reply, err
+}
+
+// Update runs f on key's state under the key's lock. f gets the state (nil
+// when the key holds nothing or has expired) and the store's time in
+// microseconds, and returns the next state and how long it lives in
+// microseconds: 0 or a nil state forgets the key, a negative ttl leaves
+// everything as it was.
+func (s *Store) Update(key string, f func(prev any, nowMicros int64) (next any, ttlMicros int64)) {
 	st := &s.locks[maphash.String(s.seed, key)%stripes]
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -130,25 +149,25 @@ func (s *Store) Run(ctx context.Context, sc *core.Script, keys []string, args []
 	if e != nil && now < e.expires {
 		prev = e.state
 	}
-	next, reply, ttl, err := f(prev, now, args)
-	if err != nil {
-		return nil, err
-	}
-	if next == nil || ttl <= 0 {
+	next, ttl := f(prev, now)
+	switch {
+	case ttl < 0:
+		return
+	case next == nil || ttl == 0:
 		if e != nil {
 			e.state, e.expires = nil, 0
 		}
-		return reply, nil
-	}
-	if e == nil {
+		return
+	case e == nil:
 		e = &entry{}
 		s.insert(st, key, e, next)
-	} else if c := cost(key, next); c > 2*e.cost {
-		e.cost = c
-		s.cache.Set(key, e, c)
+	default:
+		if c := cost(key, next); c > 2*e.cost {
+			e.cost = c
+			s.cache.Set(key, e, c)
+		}
 	}
 	e.state, e.expires = next, now+ttl
-	return reply, nil
 }
 
 // lookup finds key's entry in the cache or among the stripe's pending ones.

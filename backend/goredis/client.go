@@ -1,0 +1,118 @@
+package goredis
+
+import (
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+)
+
+// Default client deadlines. A limiter's store call must fail fast: a slow
+// answer is worth less than a local decision.
+const (
+	DefaultDialTimeout  = 100 * time.Millisecond
+	DefaultReadTimeout  = 50 * time.Millisecond
+	DefaultWriteTimeout = 50 * time.Millisecond
+	DefaultPoolTimeout  = 100 * time.Millisecond
+)
+
+// ClientOptions tunes NewClient. The zero value of each field means its
+// documented default; a value set in the URL's query (dial_timeout=...) is
+// used when the field is zero.
+type ClientOptions struct {
+	// DialTimeout bounds one connection attempt. 0 means DefaultDialTimeout.
+	DialTimeout time.Duration
+	// ReadTimeout bounds waiting for a reply. 0 means DefaultReadTimeout.
+	ReadTimeout time.Duration
+	// WriteTimeout bounds writing a command. 0 means DefaultWriteTimeout.
+	WriteTimeout time.Duration
+	// PoolTimeout bounds waiting for a free pooled connection when the
+	// context has no earlier deadline. 0 means DefaultPoolTimeout.
+	PoolTimeout time.Duration
+	// PoolSize is the number of pooled connections per node. 0 means
+	// go-redis's default, 10 per GOMAXPROCS.
+	PoolSize int
+	// Cluster makes NewClient build a Redis Cluster client even from a URL
+	// that names a single seed node.
+	Cluster bool
+}
+
+// NewClient returns a client for a limiter on the redis:// or rediss:// URL
+// rawURL. The URL names a single node, e.g. "redis://:pw@host:6379/0". A URL
+// with extra seed nodes in addr parameters, such as
+// "redis://host1:6379?addr=host2:6379&addr=host3:6379", or o.Cluster, builds a
+// Redis Cluster client instead (database 0 only).
+//
+// The client never retries (MaxRetries -1, one dial attempt), honours context
+// deadlines (ContextTimeoutEnabled) and has short socket deadlines, so a call
+// with a 50 ms deadline returns within about 50 ms even when Redis is down or
+// black-holed. Creating it does not connect: it cannot fail because Redis is
+// down.
+func NewClient(rawURL string, o ClientOptions) (redis.UniversalClient, error) {
+	if o.DialTimeout < 0 || o.ReadTimeout < 0 || o.WriteTimeout < 0 || o.PoolTimeout < 0 || o.PoolSize < 0 {
+		return nil, fmt.Errorf("goredis: negative client option in %+v", o)
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("goredis: redis URL: %w", err)
+	}
+	if o.Cluster || u.Query().Has("addr") {
+		co, err := redis.ParseClusterURL(rawURL)
+		if err != nil {
+			return nil, fmt.Errorf("goredis: redis URL: %w", err)
+		}
+		tuneCluster(co, o)
+		return redis.NewClusterClient(co), nil
+	}
+	so, err := redis.ParseURL(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("goredis: redis URL: %w", err)
+	}
+	tune(so, o)
+	return redis.NewClient(so), nil
+}
+
+// pick returns the first positive duration.
+func pick(ds ...time.Duration) time.Duration {
+	for _, d := range ds {
+		if d > 0 {
+			return d
+		}
+	}
+	return 0
+}
+
+// tune applies the limiter settings to single-node options.
+func tune(so *redis.Options, o ClientOptions) {
+	so.DialTimeout = pick(o.DialTimeout, so.DialTimeout, DefaultDialTimeout)
+	so.ReadTimeout = pick(o.ReadTimeout, so.ReadTimeout, DefaultReadTimeout)
+	so.WriteTimeout = pick(o.WriteTimeout, so.WriteTimeout, DefaultWriteTimeout)
+	so.PoolTimeout = pick(o.PoolTimeout, so.PoolTimeout, DefaultPoolTimeout)
+	if o.PoolSize > 0 {
+		so.PoolSize = o.PoolSize
+	}
+	so.ContextTimeoutEnabled = true
+	so.MaxRetries = -1
+	so.DialerRetries = 1
+	so.DisableIdentity = true
+	so.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+}
+
+// tuneCluster applies the limiter settings to cluster options. MaxRedirects
+// keeps go-redis's default: following MOVED and ASK is routing, not retrying.
+func tuneCluster(co *redis.ClusterOptions, o ClientOptions) {
+	co.DialTimeout = pick(o.DialTimeout, co.DialTimeout, DefaultDialTimeout)
+	co.ReadTimeout = pick(o.ReadTimeout, co.ReadTimeout, DefaultReadTimeout)
+	co.WriteTimeout = pick(o.WriteTimeout, co.WriteTimeout, DefaultWriteTimeout)
+	co.PoolTimeout = pick(o.PoolTimeout, co.PoolTimeout, DefaultPoolTimeout)
+	if o.PoolSize > 0 {
+		co.PoolSize = o.PoolSize
+	}
+	co.ContextTimeoutEnabled = true
+	co.MaxRetries = -1
+	co.DialerRetries = 1
+	co.DisableIdentity = true
+	co.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+}

@@ -1,0 +1,90 @@
+package rueidis
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// Default client deadlines. A limiter's store call must fail fast: a slow
+// answer is worth less than a local decision.
+const (
+	DefaultDialTimeout      = 100 * time.Millisecond
+	DefaultConnWriteTimeout = 50 * time.Millisecond
+	DefaultKeepAlive        = 250 * time.Millisecond
+)
+
+// ClientOptions tunes NewClient. The zero value of each field means its
+// documented default; a value set in the URL's query (dial_timeout=...,
+// write_timeout=...) is used when the field is zero.
+type ClientOptions struct {
+	// DialTimeout bounds dialing and the connection handshake. 0 means
+	// DefaultDialTimeout.
+	DialTimeout time.Duration
+	// ConnWriteTimeout bounds a write, a call without a context deadline,
+	// and the health PING rueidis sends on a connection that has received
+	// nothing for KeepAlive; a connection that misses it is closed. 0 means
+	// DefaultConnWriteTimeout.
+	ConnWriteTimeout time.Duration
+	// KeepAlive is the TCP keep-alive period and the idle gap before that
+	// health PING. 0 means rueidis's default, 1 s.
+	KeepAlive time.Duration
+	// Cluster makes NewClient build a Redis Cluster client even from a URL
+	// that names a single seed node.
+	Cluster bool
+}
+
+// NewClient returns a client for a limiter on the redis:// or rediss:// URL
+// rawURL. The URL names a single node, e.g. "redis://:pw@host:6379/0". A URL
+// with extra seed nodes in addr parameters, such as
+// "redis://host1:6379?addr=host2:6379&addr=host3:6379", or o.Cluster, builds a
+// Redis Cluster client instead.
+//
+// The client never retries, pipelines concurrent calls automatically, has
+// client-side caching off, and has short deadlines, so a call with a 50 ms deadline
+// returns within about 50 ms even when Redis is down or black-holed.
+//
+// A single-node client does not need Redis up to be created: rueidis dials at
+// once, but NewClient ignores that first failure (bounded by DialTimeout)
+// and the client connects on first use. A cluster client must read the slot
+// map, so NewClient fails, after about DialTimeout per seed node, when no seed
+// answers; callers (the fallback layer) retry creating it in the background.
+func NewClient(rawURL string, o ClientOptions) (rueidis.Client, error) {
+	if o.DialTimeout < 0 || o.ConnWriteTimeout < 0 || o.KeepAlive < 0 {
+		return nil, fmt.Errorf("rueidis: negative client option in %+v", o)
+	}
+	co, err := rueidis.ParseURL(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("rueidis: redis URL: %w", err)
+	}
+	co.Dialer.Timeout = pick(o.DialTimeout, co.Dialer.Timeout, DefaultDialTimeout)
+	co.ConnWriteTimeout = pick(o.ConnWriteTimeout, co.ConnWriteTimeout, DefaultConnWriteTimeout)
+	co.Dialer.KeepAlive = pick(o.KeepAlive, co.Dialer.KeepAlive, DefaultKeepAlive)
+	co.AlwaysPipelining = true
+	co.DisableRetry = true
+	co.DisableCache = true
+	co.ClientSetInfo = rueidis.DisableClientSetInfo
+	single := len(co.InitAddress) == 1 && !o.Cluster
+	co.ForceSingleClient = single
+	c, err := rueidis.NewClient(co)
+	if err != nil && c != nil && single {
+		// ForceSingleClient returns a working client along with the
+		// failure of its first dial; it redials on use.
+		return c, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("rueidis: connect %v: %w", co.InitAddress, err)
+	}
+	return c, nil
+}
+
+// pick returns the first positive duration.
+func pick(ds ...time.Duration) time.Duration {
+	for _, d := range ds {
+		if d > 0 {
+			return d
+		}
+	}
+	return 0
+}

@@ -1,0 +1,201 @@
+// Package redistest starts real redis-server processes for tests: each on a
+// free loopback port with its own temporary directory, stopped by PID when
+// the test ends. Servers are independent, so tests using them may run in
+// parallel.
+package redistest
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Bounds on waiting for a server.
+const (
+	// ReadyTimeout bounds the wait for a new server to answer PING.
+	ReadyTimeout = 5 * time.Second
+	// StopTimeout bounds the wait after SIGTERM before SIGKILL is sent.
+	StopTimeout = 3 * time.Second
+	// startAttempts is how many free ports Start tries before giving up.
+	startAttempts = 5
+)
+
+// An Option configures Start.
+type Option func(*config)
+
+type config struct {
+	aof  bool
+	args []string
+}
+
+// WithAOF turns on the append-only file with fsync on every write, so the
+// data set survives Kill and Restart.
+func WithAOF() Option {
+	return func(c *config) { c.aof = true }
+}
+
+// WithArgs appends redis-server command-line configuration, such as
+// "--maxmemory", "1mb". Later arguments override the defaults.
+func WithArgs(args ...string) Option {
+	return func(c *config) { c.args = append(c.args, args...) }
+}
+
+// A Server is a redis-server process owned by one test. Its methods are safe
+// for concurrent use.
+type Server struct {
+	bin  string
+	dir  string
+	conf config
+
+	mu     sync.Mutex
+	port   int
+	proc   *process
+	paused bool
+}
+
+// process is one run of redis-server; done is closed when it has exited.
+type process struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+// Start starts a redis-server on a free 127.0.0.1 port, with its own
+// t.TempDir() as its working directory and no RDB snapshots. It returns once
+// the server answers PING, and stops the server when the test ends. A missing
+// redis-server binary fails the test: integration tests must not be skipped.
+func Start(t testing.TB, opts ...Option) *Server {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatalf("redistest: redis-server not found on PATH (%v): run `make deps` or `apt-get install redis-server`", err)
+	}
+	s := &Server{bin: bin, dir: t.TempDir()}
+	for _, o := range opts {
+		o(&s.conf)
+	}
+	t.Cleanup(func() { s.shutdown(t) })
+	var lastErr error
+	for range startAttempts {
+		port, err := freePort()
+		if err != nil {
+			t.Fatalf("redistest: find a free port: %v", err)
+		}
+		s.mu.Lock()
+		s.port = port
+		lastErr = s.startLocked()
+		s.mu.Unlock()
+		if lastErr == nil {
+			return s
+		}
+	}
+	t.Fatalf("redistest: start redis-server: %v", lastErr)
+	return nil
+}
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Addr is the server's "127.0.0.1:port".
+func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
+}
+
+// URL is the server's "redis://127.0.0.1:port/0".
+func (s *Server) URL() string { return "redis://" + s.Addr() + "/0" }
+
+// Dir is the server's working directory (AOF and log live there).
+func (s *Server) Dir() string { return s.dir }
+
+// startLocked starts a process on s.port and waits until it answers PING.
+func (s *Server) startLocked() error {
+	appendonly := "no"
+	if s.conf.aof {
+		appendonly = "yes"
+	}
+	args := []string{
+		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+		"--dir", s.dir, "--logfile", s.logPath(), "--daemonize", "no",
+		"--save", "", "--appendonly", appendonly, "--appendfsync", "always",
+	}
+	cmd := exec.Command(s.bin, append(args, s.conf.args...)...)
+	cmd.Dir = s.dir
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	p := &process{cmd: cmd, done: make(chan struct{})}
+	go func() { p.err = cmd.Wait(); close(p.done) }()
+	s.proc, s.paused = p, false
+	if err := waitReady(s.port, p); err != nil {
+		p.kill()
+		s.proc = nil
+		return fmt.Errorf("port %d: %w\n%s", s.port, err, s.logTail())
+	}
+	return nil
+}
+
+// waitReady polls PING until the server answers PONG, exits, or
+// ReadyTimeout passes. A server still loading its AOF answers LOADING and is
+// not ready.
+func waitReady(port int, p *process) error {
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	deadline := time.Now().Add(ReadyTimeout)
+	for time.Now().Before(deadline) {
+		select {
+		case <-p.done:
+			return fmt.Errorf("redis-server exited: %v", p.err)
+		default:
+		}
+		if ping(addr) {
+			return nil
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return fmt.Errorf("no PONG within %v", ReadyTimeout)
+}
+
+// ping sends one inline PING over a raw connection.
+func ping(addr string) bool {
+	c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(200 * time.Millisecond))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return false
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	return err == nil && line == "+PONG\r\n"
+}
+
+// kill sends SIGKILL and waits for the exit.
+func (p *process) kill() {
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// stop sends SIGTERM, then SIGKILL if the process outlives StopTimeout.
+func (p *process) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(StopTimeout):
+		p.kill()
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -174,4 +175,40 @@ func makeInstances(t *testing.T, h Harness, n int) ([]*core.Limiter, []*Recorder
 		ls, rs = append(ls, l), append(rs, r)
 	}
 	return ls, rs
+}
+
+// BenchAllow measures Limiter.Allow on store s: one hot key, and 100k keys
+// drawn in turn. The policy never runs dry, so every call does the full
+// admit path.
+func BenchAllow(b *testing.B, s core.Store) {
+	l, err := core.NewLimiter(s, core.Options{Prefix: "bench:"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := tokenbucket.Policy("bench", 1_000_000, 1_000_000)
+	if err != nil {
+		b.Fatal(err)
+	}
+	keys := make([]string, 100_000)
+	for i := range keys {
+		keys[i] = fmt.Sprint("k", i)
+	}
+	for _, bc := range []struct {
+		name string
+		keys []string
+	}{{"hot_key", keys[:1]}, {"100k_keys", keys}} {
+		b.Run(bc.name, func(b *testing.B) {
+			var next atomic.Int64
+			b.RunParallel(func(pb *testing.PB) {
+				ctx := context.Background()
+				for pb.Next() {
+					k := bc.keys[int(next.Add(1))%len(bc.keys)]
+					if _, err := l.Allow(ctx, p, k); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
 }

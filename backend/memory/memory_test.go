@@ -32,3 +32,12 @@ func (h shared) MakeStore(*testing.T) core.Store { return h.s }
 func TestConcurrentAccuracy(t *testing.T) {
 	storetest.RunDistributed(t, shared{harness{}.MakeStore(t)}, 4, 2*time.Second)
 }
+
+func BenchmarkAllow(b *testing.B) {
+	s, err := memory.New(memory.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	storetest.BenchAllow(b, s)
+}

@@ -1,11 +1,9 @@
 package rueidis_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
-	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	hfrueidis "github.com/holdfast/holdfast/backend/rueidis"
 	"github.com/holdfast/holdfast/core"
 	"github.com/holdfast/holdfast/internal/redistest"
@@ -29,24 +27,9 @@ func TestDifferential(t *testing.T) {
 
 func TestDistributedAccuracy(t *testing.T) {
 	t.Parallel()
-	storetest.RunDistributed(t, harness{redistest.Start(t)}, 4, 2*time.Second)
+	storetest.RunDistributed(t, harness{redistest.Start(t)}, 4, 3*time.Second)
 }
 
 func BenchmarkAllow(b *testing.B) {
-	srv := redistest.Start(b)
-	l, err := core.NewLimiter(newStore(b, srv.URL(), hfrueidis.ClientOptions{}), core.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	p, err := tokenbucket.Policy("bench", 1_000_000, 1_000_000)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			if _, err := l.Allow(context.Background(), p, "k"); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
+	storetest.BenchAllow(b, newStore(b, redistest.Start(b).URL(), hfrueidis.ClientOptions{}))
 }

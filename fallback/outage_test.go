@@ -218,3 +218,72 @@ func (in *instances) checkRecovered(t *testing.T) {
 		}
 	}
 }
+
+// TestBlackHole SIGSTOPs Redis under load: connections are accepted and
+// never answered. No decision waits much past the call deadline, callers
+// see no error, and the limit holds.
+func TestBlackHole(t *testing.T) {
+	t.Parallel()
+	tb, _ := tokenbucket.Policy("tb", 10, 20)
+	for _, backend := range []string{"goredis", "rueidis"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t)
+			in := startInstances(t, backend, srv.URL(), 4, "")
+			time.Sleep(300 * time.Millisecond)
+			const normal, outage, after = time.Second, 2 * time.Second, 2500 * time.Millisecond
+			ctx, cancel := context.WithTimeout(context.Background(), normal+outage+after)
+			defer cancel()
+			go func() {
+				time.Sleep(normal)
+				srv.Pause()
+				time.Sleep(outage)
+				srv.Resume()
+			}()
+			var ld load
+			start := time.Now()
+			in.drive(ctx, tb, "client-1", 4, 2*time.Millisecond, &ld)
+			b := bound(tb, time.Since(start))
+			worst := time.Duration(ld.worst.Load())
+			t.Logf("admitted %d errors %d: ratio %.3f; slowest decision %v (call deadline %v)",
+				ld.admitted.Load(), ld.errors.Load(), float64(ld.admitted.Load())/b, worst, callTimeout)
+			if ld.errors.Load() != 0 {
+				t.Errorf("%d errors reached callers", ld.errors.Load())
+			}
+			// A stall bound, not a speed figure: a black-holed Redis must not
+			// hold a request past its deadline plus scheduling noise.
+			if worst > callTimeout+400*time.Millisecond {
+				t.Errorf("a decision took %v; the call deadline is %v", worst, callTimeout)
+			}
+			if r := float64(ld.admitted.Load()) / b; r > 1.05 || r < 0.85 {
+				t.Errorf("admitted/bound = %.3f, want within [0.85, 1.05]", r)
+			}
+			in.checkRecovered(t)
+		})
+	}
+}
+
+// TestGentleClientNeverRejected sends half the token bucket's rate, spread
+// over the instances, through a Redis kill and restart: not one rejection.
+func TestGentleClientNeverRejected(t *testing.T) {
+	t.Parallel()
+	p, _ := tokenbucket.Policy("tb", 10, 20)
+	srv := redistest.Start(t, redistest.WithAOF())
+	in := startInstances(t, "goredis", srv.URL(), 4, "")
+	time.Sleep(300 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Second)
+	defer cancel()
+	go func() {
+		time.Sleep(time.Second)
+		srv.Kill()
+		time.Sleep(2 * time.Second)
+		srv.Restart(t)
+	}()
+	var ld load
+	in.drive(ctx, p, "gentle", 1, 100*time.Millisecond, &ld) // 10 a second, half the rate
+	t.Logf("gentle client: admitted %d, denied %d, errors %d", ld.admitted.Load(), ld.denied.Load(), ld.errors.Load())
+	if ld.denied.Load() != 0 || ld.errors.Load() != 0 || ld.admitted.Load() < 40 {
+		t.Errorf("admitted %d denied %d errors %d: a client at half its limit must never be rejected",
+			ld.admitted.Load(), ld.denied.Load(), ld.errors.Load())
+	}
+}

@@ -153,7 +153,11 @@ func New(store core.Store, o Options) (*Limiter, error) {
 	}
 	user := bo.OnStateChange
 	bo.OnStateChange = func(from, to State) {
-		if from == Closed && to == Open {
+		// A lease lives from the first local decision of an outage (often a
+		// failed call while the breaker is still closed) until Redis has the
+		// outage's usage: the next outage starts new leases from new known
+		// states.
+		if to == Closed {
 			l.epoch.Add(1)
 		}
 		l.o.Logger.Info("holdfast breaker", "instance", l.o.ID, "from", from.String(), "to", to.String(), "cause", fmt.Sprint(l.breaker.Cause()))

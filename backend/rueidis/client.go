@@ -62,6 +62,7 @@ func NewClient(rawURL string, o ClientOptions) (rueidis.Client, error) {
 	co.ConnWriteTimeout = pick(o.ConnWriteTimeout, co.ConnWriteTimeout, DefaultConnWriteTimeout)
 	co.Dialer.KeepAlive = pick(o.KeepAlive, co.Dialer.KeepAlive, DefaultKeepAlive)
 	co.AlwaysPipelining = true
+	co.DialCtxFn = probing(co.DialCtxFn)
 	co.DisableRetry = true
 	co.DisableCache = true
 	co.ClientSetInfo = rueidis.DisableClientSetInfo

@@ -12,10 +12,14 @@ import (
 // Default client deadlines. A limiter's store call must fail fast: a slow
 // answer is worth less than a local decision.
 const (
-	DefaultDialTimeout  = 100 * time.Millisecond
-	DefaultReadTimeout  = 50 * time.Millisecond
+	// DefaultDialTimeout bounds one connection attempt.
+	DefaultDialTimeout = 100 * time.Millisecond
+	// DefaultReadTimeout bounds waiting for a reply.
+	DefaultReadTimeout = 50 * time.Millisecond
+	// DefaultWriteTimeout bounds writing a command.
 	DefaultWriteTimeout = 50 * time.Millisecond
-	DefaultPoolTimeout  = 100 * time.Millisecond
+	// DefaultPoolTimeout bounds waiting for a free pooled connection.
+	DefaultPoolTimeout = 100 * time.Millisecond
 )
 
 // ClientOptions tunes NewClient. The zero value of each field means its
@@ -48,8 +52,14 @@ type ClientOptions struct {
 // The client never retries (MaxRetries -1, one dial attempt), honours context
 // deadlines (ContextTimeoutEnabled) and has short socket deadlines, so a call
 // with a 50 ms deadline returns within about 50 ms even when Redis is down or
-// black-holed. Creating it does not connect: it cannot fail because Redis is
-// down.
+// black-holed. It skips the CLIENT SETINFO and maintenance-notification
+// handshakes (DisableIdentity, MaintNotificationsConfig disabled), so a new
+// connection costs one round trip, HELLO. Creating it does not connect: it
+// cannot fail because Redis is down.
+//
+// After PoolSize failed dials in a row, go-redis fails calls at once with the
+// last dial error until a background dial, tried every second, succeeds: once
+// Redis is back, calls may keep failing (fast) for up to about a second.
 func NewClient(rawURL string, o ClientOptions) (redis.UniversalClient, error) {
 	if o.DialTimeout < 0 || o.ReadTimeout < 0 || o.WriteTimeout < 0 || o.PoolTimeout < 0 || o.PoolSize < 0 {
 		return nil, fmt.Errorf("goredis: negative client option in %+v", o)

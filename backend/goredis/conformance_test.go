@@ -25,8 +25,9 @@ func TestDifferential(t *testing.T) {
 	storetest.RunDifferential(t, harness{redistest.Start(t)})
 }
 
+// TestDistributedAccuracy is not parallel: its 95% lower bound on admitted
+// requests needs the CPU that the other tests' servers would take.
 func TestDistributedAccuracy(t *testing.T) {
-	t.Parallel()
 	storetest.RunDistributed(t, harness{redistest.Start(t)}, 4, 3*time.Second)
 }
 

@@ -10,25 +10,31 @@ import (
 // Default client deadlines. A limiter's store call must fail fast: a slow
 // answer is worth less than a local decision.
 const (
-	DefaultDialTimeout      = 100 * time.Millisecond
+	// DefaultDialTimeout bounds connecting, probing and the handshake.
+	DefaultDialTimeout = 100 * time.Millisecond
+	// DefaultConnWriteTimeout bounds a write, a call without a deadline and
+	// the health PING.
 	DefaultConnWriteTimeout = 50 * time.Millisecond
-	DefaultKeepAlive        = 250 * time.Millisecond
+	// DefaultKeepAlive is the idle gap before a health PING.
+	DefaultKeepAlive = 250 * time.Millisecond
 )
 
 // ClientOptions tunes NewClient. The zero value of each field means its
 // documented default; a value set in the URL's query (dial_timeout=...,
 // write_timeout=...) is used when the field is zero.
 type ClientOptions struct {
-	// DialTimeout bounds dialing and the connection handshake. 0 means
-	// DefaultDialTimeout.
+	// DialTimeout bounds dialing a new connection, the PING that probes it
+	// and rueidis's HELLO handshake. 0 means DefaultDialTimeout.
 	DialTimeout time.Duration
-	// ConnWriteTimeout bounds a write, a call without a context deadline,
-	// and the health PING rueidis sends on a connection that has received
-	// nothing for KeepAlive; a connection that misses it is closed. 0 means
-	// DefaultConnWriteTimeout.
+	// ConnWriteTimeout bounds a write and the health PING rueidis sends on
+	// a connection that has received nothing for KeepAlive; a connection
+	// that misses it is closed, failing the calls queued on it. A call
+	// without a context deadline therefore waits at most about
+	// 2 × KeepAlive + ConnWriteTimeout. 0 means DefaultConnWriteTimeout.
 	ConnWriteTimeout time.Duration
-	// KeepAlive is the TCP keep-alive period and the idle gap before that
-	// health PING. 0 means rueidis's default, 1 s.
+	// KeepAlive is the idle gap before that health PING, and the TCP
+	// keep-alive period (which Linux rounds up to whole seconds). 0 means
+	// DefaultKeepAlive.
 	KeepAlive time.Duration
 	// Cluster makes NewClient build a Redis Cluster client even from a URL
 	// that names a single seed node.
@@ -41,9 +47,13 @@ type ClientOptions struct {
 // "redis://host1:6379?addr=host2:6379&addr=host3:6379", or o.Cluster, builds a
 // Redis Cluster client instead.
 //
-// The client never retries, pipelines concurrent calls automatically, has
-// client-side caching off, and has short deadlines, so a call with a 50 ms deadline
-// returns within about 50 ms even when Redis is down or black-holed.
+// The client never retries (DisableRetry), has client-side caching off, and
+// has short deadlines, so a call with a 50 ms deadline returns within about
+// 50 ms even when Redis is down or black-holed. It always pipelines
+// (AlwaysPipelining): every connection then has a reader goroutine that sees
+// a server close it, so after a Redis restart the first call already uses a
+// new connection instead of failing on the dead one. Each new connection must
+// answer a PING before rueidis gets it (see probing).
 //
 // A single-node client does not need Redis up to be created: rueidis dials at
 // once, but NewClient ignores that first failure (bounded by DialTimeout)
@@ -61,8 +71,8 @@ func NewClient(rawURL string, o ClientOptions) (rueidis.Client, error) {
 	co.Dialer.Timeout = pick(o.DialTimeout, co.Dialer.Timeout, DefaultDialTimeout)
 	co.ConnWriteTimeout = pick(o.ConnWriteTimeout, co.ConnWriteTimeout, DefaultConnWriteTimeout)
 	co.Dialer.KeepAlive = pick(o.KeepAlive, co.Dialer.KeepAlive, DefaultKeepAlive)
-	co.AlwaysPipelining = true
-	co.DialCtxFn = probing(co.DialCtxFn)
+	co.AlwaysPipelining = true           // see the doc comment
+	co.DialCtxFn = probing(co.DialCtxFn) // keeps unix:// dialing
 	co.DisableRetry = true
 	co.DisableCache = true
 	co.ClientSetInfo = rueidis.DisableClientSetInfo

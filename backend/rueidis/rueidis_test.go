@@ -106,3 +106,15 @@ func mustRun(t *testing.T, s *hfrueidis.Store) {
 		t.Fatalf("Run = %v, %v", got, err)
 	}
 }
+
+func TestPassword(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.WithPassword("s3cret"))
+	mustRun(t, newStore(t, srv.URL(), relaxed))
+	s := newStore(t, "redis://:wrong@"+srv.Addr(), relaxed)
+	if _, err := s.Run(context.Background(), scriptInts, nil, []string{"1"}); err == nil || errors.Is(err, core.ErrMalformedReply) {
+		t.Fatalf("wrong password: %v, want an error", err)
+	} else {
+		t.Logf("wrong password: %v", err)
+	}
+}

@@ -3,6 +3,7 @@ package redistest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -88,7 +89,7 @@ func (s *Server) shutdown(t testing.TB) {
 // error fails the test.
 func (s *Server) Do(t testing.TB, args ...string) string {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, DisableIdentity: true})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), Password: s.conf.password, MaxRetries: -1, DisableIdentity: true})
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -97,7 +98,7 @@ func (s *Server) Do(t testing.TB, args ...string) string {
 		argv[i] = a
 	}
 	v, err := c.Do(ctx, argv...).Result()
-	if err == redis.Nil {
+	if errors.Is(err, redis.Nil) {
 		return ""
 	}
 	if err != nil {

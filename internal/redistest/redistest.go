@@ -8,8 +8,10 @@ import (
 	"bufio"
 	"fmt"
 	"net"
+	"net/url"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -30,14 +32,21 @@ const (
 type Option func(*config)
 
 type config struct {
-	aof  bool
-	args []string
+	aof      bool
+	password string
+	args     []string
 }
 
 // WithAOF turns on the append-only file with fsync on every write, so the
 // data set survives Kill and Restart.
 func WithAOF() Option {
 	return func(c *config) { c.aof = true }
+}
+
+// WithPassword makes the server require password pw (requirepass). URL and
+// Do carry it.
+func WithPassword(pw string) Option {
+	return func(c *config) { c.password = pw }
 }
 
 // WithArgs appends redis-server command-line configuration, such as
@@ -116,8 +125,15 @@ func (s *Server) Addr() string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
 }
 
-// URL is the server's "redis://127.0.0.1:port/0".
-func (s *Server) URL() string { return "redis://" + s.Addr() + "/0" }
+// URL is the server's "redis://127.0.0.1:port/0", with ":password@" before
+// the address when the server has one.
+func (s *Server) URL() string {
+	u := url.URL{Scheme: "redis", Host: s.Addr(), Path: "/0"}
+	if s.conf.password != "" {
+		u.User = url.UserPassword("", s.conf.password)
+	}
+	return u.String()
+}
 
 // Dir is the server's working directory (AOF and log live there).
 func (s *Server) Dir() string { return s.dir }
@@ -132,6 +148,9 @@ func (s *Server) startLocked() error {
 		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
 		"--dir", s.dir, "--logfile", s.logPath(), "--daemonize", "no",
 		"--save", "", "--appendonly", appendonly, "--appendfsync", "always",
+	}
+	if s.conf.password != "" {
+		args = append(args, "--requirepass", s.conf.password)
 	}
 	cmd := exec.Command(s.bin, append(args, s.conf.args...)...)
 	cmd.Dir = s.dir
@@ -149,9 +168,9 @@ func (s *Server) startLocked() error {
 	return nil
 }
 
-// waitReady polls PING until the server answers PONG, exits, or
-// ReadyTimeout passes. A server still loading its AOF answers LOADING and is
-// not ready.
+// waitReady polls PING until the server answers PONG (or NOAUTH, when it
+// has a password), exits, or ReadyTimeout passes. A server still loading its
+// AOF answers LOADING and is not ready.
 func waitReady(port int, p *process) error {
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	deadline := time.Now().Add(ReadyTimeout)
@@ -181,7 +200,7 @@ func ping(addr string) bool {
 		return false
 	}
 	line, err := bufio.NewReader(c).ReadString('\n')
-	return err == nil && line == "+PONG\r\n"
+	return err == nil && (line == "+PONG\r\n" || strings.HasPrefix(line, "-NOAUTH"))
 }
 
 // kill sends SIGKILL and waits for the exit.

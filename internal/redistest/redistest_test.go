@@ -98,3 +98,14 @@ func TestManyInParallel(t *testing.T) {
 		})
 	}
 }
+
+func TestPassword(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t, redistest.WithPassword("p@ss word"))
+	if got := s.Do(t, "PING"); got != "PONG" {
+		t.Fatalf("PING = %q", got)
+	}
+	if want := "redis://:p%40ss%20word@" + s.Addr() + "/0"; s.URL() != want {
+		t.Fatalf("URL = %s, want %s", s.URL(), want)
+	}
+}

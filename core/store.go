@@ -91,3 +91,26 @@ func ParseReply(r []int64) (Reply, error) {
 type Pinger interface {
 	Ping(ctx context.Context) error
 }
+
+// A Call is one script invocation of a pipeline.
+type Call struct {
+	Script *Script
+	Keys   []string
+	Args   []string
+}
+
+// A CallResult is the outcome of one Call: its reply or its error, mapped as
+// Store.Run maps them.
+type CallResult struct {
+	Reply []int64
+	Err   error
+}
+
+// Pipeliner is implemented by stores that can send many calls in one round
+// trip (a Redis pipeline). Each call is atomic on its own; the calls are not
+// atomic together, and a failure of one does not stop the others. Like Run,
+// RunMany does not retry, except that a call the server refused with
+// NOSCRIPT (not executed) may be sent again after loading the script.
+type Pipeliner interface {
+	RunMany(ctx context.Context, calls []Call) []CallResult
+}

@@ -53,6 +53,13 @@ func (l *Limiter) background(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-l.flushNow:
+			if _, ok := l.breaker.Allow(); ok && l.log.pending() > 0 {
+				if err := l.reconcile(ctx); err != nil {
+					l.o.Logger.Warn("holdfast flush", "instance", l.o.ID, "err", err)
+				}
+			}
+			continue
 		case <-t.C:
 		}
 		gen, ok := l.breaker.Allow()
@@ -77,17 +84,23 @@ var recoverySource string
 
 var recoveryScript = core.NewScript("recovery", recoverySource, nil)
 
-// recover is the breaker's Reconcile: replay the log, wait at the recovery
-// barrier until every instance of this outage has had a probe interval to
-// find Redis back and replay its own log, replay what was granted
-// meanwhile, and let the breaker close. Instances thus return to Redis
-// together, and none decides on a shared state that lacks the grants of
-// another still deciding locally.
+// recover is the breaker's Reconcile: replay the log, then wait at the
+// recovery barrier until every instance of this outage has had time to find
+// Redis back and replay its own log; then the breaker closes and what was
+// granted meanwhile is flushed at once (see flushNow). Instances thus return
+// to Redis together, and a decision through Redis misses at most the grants
+// another instance made in the last moments before the barrier, for as long
+// as one flush takes.
 func (l *Limiter) recover(ctx context.Context) error {
 	if err := l.reconcile(ctx); err != nil {
 		return err
 	}
-	ahead := l.probeInterval() + l.probeInterval()/4
+	l.confirming.Store(true)
+	// Grants logged between the replay above and the switch are replayed now.
+	if err := l.reconcile(ctx); err != nil {
+		return err
+	}
+	ahead := 2*l.probeInterval() + 2*l.breaker.CallTimeout()
 	cctx, cancel := context.WithTimeout(ctx, l.breaker.CallTimeout())
 	raw, err := l.store.Run(cctx, recoveryScript, []string{l.o.Prefix + "{recovery}"}, []string{strconv.FormatInt(ahead.Microseconds(), 10)})
 	cancel()
@@ -104,7 +117,7 @@ func (l *Limiter) recover(ctx context.Context) error {
 		case <-time.After(min(wait, 2*ahead)):
 		}
 	}
-	return l.reconcile(ctx)
+	return nil
 }
 
 func (l *Limiter) probeInterval() time.Duration {

@@ -117,9 +117,11 @@ type Limiter struct {
 	reconciles atomic.Uint64
 	lastRecon  atomic.Int64 // duration of the last reconciliation, ns
 
-	reconMu sync.Mutex
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	flushNow   chan struct{} // signalled when the breaker closes
+	confirming atomic.Bool   // recovering: log replayed, local grants confirmed on Redis
+	reconMu    sync.Mutex
+	cancel     context.CancelFunc
+	wg         sync.WaitGroup
 }
 
 //go:embed members.lua
@@ -135,7 +137,7 @@ func New(store core.Store, o Options) (*Limiter, error) {
 	if err := o.defaults(); err != nil {
 		return nil, err
 	}
-	l := &Limiter{store: store, o: o, rec: reconcile.New(o.Reconcile)}
+	l := &Limiter{store: store, o: o, rec: reconcile.New(o.Reconcile), flushNow: make(chan struct{}, 1)}
 	l.members = o.Prefix + "{members}"
 	l.epoch.Store(1)
 	l.instances.Store(int64(o.ExpectedInstances))
@@ -157,8 +159,15 @@ func New(store core.Store, o Options) (*Limiter, error) {
 		// failed call while the breaker is still closed) until Redis has the
 		// outage's usage: the next outage starts new leases from new known
 		// states.
+		if to != Reconciling {
+			l.confirming.Store(false)
+		}
 		if to == Closed {
 			l.epoch.Add(1)
+			select {
+			case l.flushNow <- struct{}{}:
+			default:
+			}
 		}
 		l.o.Logger.Info("holdfast breaker", "instance", l.o.ID, "from", from.String(), "to", to.String(), "cause", fmt.Sprint(l.breaker.Cause()))
 		if user != nil {
@@ -268,7 +277,7 @@ func (l *Limiter) AllowN(ctx context.Context, p core.Policy, key string, cost in
 		// Failures calls plus those in flight per outage). A sliding window
 		// grant keeps the same request id, so there the replay adds it once.
 	}
-	return l.local(p, skey, cost, id)
+	return l.local(ctx, p, skey, cost, id)
 }
 
 // remote decides through the store under the breaker's call deadline.
@@ -307,7 +316,7 @@ func (l *Limiter) remote(ctx context.Context, gen uint64, p core.Policy, skey st
 }
 
 // local decides without the store, by the policy's outage mode.
-func (l *Limiter) local(p core.Policy, skey string, cost int64, id string) (core.Result, error) {
+func (l *Limiter) local(ctx context.Context, p core.Policy, skey string, cost int64, id string) (core.Result, error) {
 	switch l.o.OutageModes[p.Name()] {
 	case FailClosed:
 		retry := l.o.Breaker.ProbeInterval
@@ -336,6 +345,18 @@ func (l *Limiter) local(p core.Policy, skey string, cost int64, id string) (core
 		return ks, rep.ResetAfter + int64(time.Second/time.Microsecond)
 	})
 	r := result(share(p.Limit(), n), rep, core.ModeLocal, true)
+	if r.Allowed && l.confirming.Load() && l.breaker.State() == Reconciling {
+		// Redis is back and this instance's log is replayed: the grant goes
+		// to Redis at once instead of into the log, and Redis must admit it
+		// too. The lease still caps this instance at its share, so the
+		// instances that have not replayed yet cannot be crowded out.
+		if ok, err := l.confirm(ctx, p, skey, cost, id); err == nil {
+			if !ok {
+				r.Allowed, r.RetryAfter = false, max(r.RetryAfter, time.Millisecond)
+			}
+			return r, nil
+		}
+	}
 	if r.Allowed {
 		if err := l.log.add(skey, p, seed, core.Grant{ID: id, Cost: cost, At: rep.Now}); err != nil {
 			// Denied: a grant that cannot be logged would be lost usage.
@@ -343,6 +364,23 @@ func (l *Limiter) local(p core.Policy, skey string, cost int64, id string) (core
 		}
 	}
 	return r, nil
+}
+
+// confirm runs the decision on Redis during recovery and reports whether
+// Redis admitted it. An error means the outcome is unknown: the caller logs
+// the grant (a sliding window grant keeps its id, so it counts once).
+func (l *Limiter) confirm(ctx context.Context, p core.Policy, skey string, cost int64, id string) (bool, error) {
+	cctx, cancel := context.WithTimeout(ctx, l.breaker.CallTimeout())
+	defer cancel()
+	raw, err := l.store.Run(cctx, p.Algorithm().Script(), []string{skey}, p.Algorithm().Args(p, cost, id, 0))
+	if err != nil {
+		return false, err
+	}
+	rep, err := core.ParseReply(raw)
+	if err != nil {
+		return false, err
+	}
+	return rep.Allowed, nil
 }
 
 func result(limit int64, r core.Reply, mode core.Mode, degraded bool) core.Result {

@@ -139,6 +139,9 @@ func (l *weightedLog) decide(now, lim, window, n, cost int64) [core.ReplyLen]int
 			break
 		}
 	}
-	newest := l.at[len(l.at)-1]
-	return [core.ReplyLen]int64{0, max(lim-l.sum, 0) / n, max(retry, 0), newest + window - now, now}
+	reset := int64(0)
+	if len(l.at) > 0 {
+		reset = l.at[len(l.at)-1] + window - now
+	}
+	return [core.ReplyLen]int64{0, max(lim-l.sum, 0) / n, max(retry, 0), max(reset, 0), now}
 }

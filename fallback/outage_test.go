@@ -373,3 +373,53 @@ func TestStateDirKeepsUsageAcrossRestart(t *testing.T) {
 		t.Fatalf("after the restart: %+v, %v; want a Redis denial: the 10 tokens were spent", r, err)
 	}
 }
+
+// TestStartWhileRedisDown: an instance started with Redis down serves at
+// once from leases with the configured instance count, joins when Redis
+// appears, and its grants are in Redis afterwards.
+func TestStartWhileRedisDown(t *testing.T) {
+	t.Parallel()
+	p, _ := tokenbucket.Policy("tb", 8, 0.001) // no refill to speak of
+	srv := redistest.Start(t, redistest.WithAOF())
+	srv.Kill()
+	in := startInstances(t, "goredis", srv.URL(), 4, "") // ExpectedInstances: 4
+	l := in.lims[0]
+	if st := l.Status(); st.Breaker != "open" || st.Instances != 4 {
+		t.Fatalf("status %+v, want open with the 4 expected instances", st)
+	}
+	ctx := context.Background()
+	admitted := 0
+	for range 5 {
+		r, err := l.Allow(ctx, p, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Allowed {
+			admitted++
+		}
+		if !r.Degraded || r.Mode != core.ModeLocal || r.Limit != 2 {
+			t.Fatalf("result %+v, want a local decision on a share of 2", r)
+		}
+	}
+	if admitted != 2 {
+		t.Fatalf("admitted %d before Redis existed, want the share 8/4 = 2", admitted)
+	}
+	srv.Restart(t)
+	deadline := time.Now().Add(10 * time.Second)
+	for st := l.Status(); st.Breaker != "closed" || st.PendingLog > 0; st = l.Status() {
+		if time.Now().After(deadline) {
+			t.Fatalf("did not join: %+v", st)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Redis now holds 8 - 2 = 6 tokens.
+	got := 0
+	for range 10 {
+		if r, err := l.Allow(ctx, p, "k"); err == nil && r.Allowed && r.Mode == core.ModeRedis {
+			got++
+		}
+	}
+	if got != 6 {
+		t.Fatalf("Redis admitted %d after joining, want 6 (the 2 local grants were folded in)", got)
+	}
+}

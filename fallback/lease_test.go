@@ -1,0 +1,152 @@
+package fallback
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/holdfast/holdfast/algorithms/slidingwindow"
+	"github.com/holdfast/holdfast/algorithms/tokenbucket"
+	"github.com/holdfast/holdfast/core"
+)
+
+const ms = int64(time.Millisecond / time.Microsecond)
+
+type leaseStep struct {
+	at        int64 // microseconds
+	cost      int64
+	allowed   bool
+	remaining int64
+	retry     int64 // microseconds
+}
+
+func runLease(t *testing.T, k *keyState, p core.Policy, n int64, steps []leaseStep) {
+	t.Helper()
+	for i, s := range steps {
+		r := k.decideLease(p, 1, n, s.at, s.cost)
+		if r.Allowed != s.allowed || r.Remaining != s.remaining || r.RetryAfter != s.retry {
+			t.Fatalf("step %d at %dms: got allowed=%v remaining=%d retry=%dµs, want %v %d %dµs",
+				i, s.at/ms, r.Allowed, r.Remaining, r.RetryAfter, s.allowed, s.remaining, s.retry)
+		}
+	}
+}
+
+// An unseen key gets capacity/N, refilled at rate/N: capacity 10 at 10/s
+// over 4 instances is 2.5 tokens refilled at 2.5/s, fractions kept.
+func TestLeaseTokenBucketUnseenKey(t *testing.T) {
+	p, _ := tokenbucket.Policy("tb", 10, 10) // T = 100 ms
+	runLease(t, &keyState{}, p, 4, []leaseStep{
+		{0, 1, true, 1, 0},
+		{0, 1, true, 0, 0},
+		{0, 1, false, 0, 200 * ms}, // half a local token left: 200 ms of 400
+		{200 * ms, 1, true, 0, 0},
+		{1000 * ms, 1, true, 1, 0}, // 800 ms refilled 2 local tokens
+	})
+}
+
+// A key Redis last saw with 8 of 20 tokens leaves each of 4 instances 2.
+func TestLeaseTokenBucketFromKnownState(t *testing.T) {
+	p, _ := tokenbucket.Policy("tb", 20, 5) // T = 200 ms
+	k := &keyState{}
+	k.observe(p, core.Reply{Allowed: true, Remaining: 8, ResetAfter: 12 * 200 * ms, Now: 1})
+	runLease(t, k, p, 4, []leaseStep{
+		{1, 1, true, 1, 0},
+		{1, 1, true, 0, 0},
+		{1, 1, false, 0, 800 * ms},
+		{1 + 800*ms, 1, true, 0, 0},
+	})
+	if k.seed != (core.Seed{Value: 8 * 200 * ms, At: 1}) {
+		t.Fatalf("seed %+v, want the known credit", k.seed)
+	}
+}
+
+// A policy smaller than the instance count still admits one unit each.
+func TestLeaseShareAtLeastOne(t *testing.T) {
+	p, _ := tokenbucket.Policy("tiny", 2, 1)
+	runLease(t, &keyState{}, p, 4, []leaseStep{
+		{0, 1, true, 0, 0},
+		{0, 1, false, 0, 4000 * ms},
+	})
+}
+
+// A sliding window carries the known count in until its newest unit leaves
+// the window: limit 10 with 6 used leaves each of 4 instances (10-6)/4 = 1.
+func TestLeaseSlidingWindow(t *testing.T) {
+	p, _ := slidingwindow.Policy("sw", 10, time.Second)
+	k := &keyState{}
+	// Redis admitted at -500ms leaving 4: 6 units, the newest at -500ms.
+	const t0 = 10_000 * ms
+	k.observe(p, core.Reply{Allowed: true, Remaining: 4, ResetAfter: 1000 * ms, Now: t0 - 500*ms})
+	runLease(t, k, p, 4, []leaseStep{
+		{t0, 1, true, 0, 0},
+		{t0 + 100*ms, 1, false, 0, 400 * ms}, // the carried-in 6 leave at 500 ms
+		{t0 + 500*ms, 1, true, 0, 0},
+		{t0 + 600*ms, 1, false, 0, 400 * ms}, // the unit at 0 leaves at 1 s
+		{t0 + 1000*ms, 1, true, 0, 0},
+	})
+}
+
+// A cost above the share can never be admitted locally: told to wait a window.
+func TestLeaseCostAboveShare(t *testing.T) {
+	p, _ := slidingwindow.Policy("sw", 8, time.Second)
+	runLease(t, &keyState{}, p, 4, []leaseStep{{0, 3, false, 2, 1000 * ms}})
+}
+
+// A new epoch (a new outage) restarts the lease from the known state.
+func TestLeaseNewEpoch(t *testing.T) {
+	p, _ := tokenbucket.Policy("tb", 4, 1)
+	k := &keyState{}
+	for range 2 {
+		if r := k.decideLease(p, 1, 2, 0, 1); !r.Allowed {
+			t.Fatal("denied within the share")
+		}
+	}
+	if r := k.decideLease(p, 1, 2, 0, 1); r.Allowed {
+		t.Fatal("admitted beyond the share of 2")
+	}
+	if r := k.decideLease(p, 2, 2, 0, 1); !r.Allowed {
+		t.Fatal("new epoch did not restart the lease")
+	}
+}
+
+func TestOutageLogBound(t *testing.T) {
+	tb, _ := tokenbucket.Policy("tb", 100, 1)
+	sw, _ := slidingwindow.Policy("sw", 100, time.Second)
+	g := newOutageLog("app1:x", 4)
+	for i := range 3 {
+		if err := g.add("a", tb, core.Seed{}, core.Grant{Cost: 1, At: int64(i) * ms}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := g.add("b", sw, core.Seed{}, core.Grant{ID: "old", Cost: 1, At: 0}); err != nil {
+		t.Fatal(err)
+	}
+	// Full: compaction merges a's three grants into one (cost 3 at the
+	// latest time) and drops b's grant, which has left its window.
+	if err := g.add("b", sw, core.Seed{}, core.Grant{ID: "new", Cost: 1, At: 2000 * ms}); err != nil {
+		t.Fatalf("after compaction: %v", err)
+	}
+	if g.pending() != 2 {
+		t.Fatalf("pending %d, want 2", g.pending())
+	}
+	batches := g.seal()
+	if len(batches) != 2 || batches[0].Key != "a" || len(batches[0].Grants) != 1 || batches[0].Grants[0].Cost != 3 || batches[0].Grants[0].At != 2*ms {
+		t.Fatalf("batches %+v", batches)
+	}
+	// Nothing more can be compacted: the log refuses rather than forgets.
+	for _, id := range []string{"n1", "n2"} {
+		_ = g.add("c", sw, core.Seed{}, core.Grant{ID: id, Cost: 1, At: 2000 * ms})
+	}
+	if err := g.add("c", sw, core.Seed{}, core.Grant{ID: "n3", Cost: 1, At: 2000 * ms}); !errors.Is(err, ErrLogFull) {
+		t.Fatalf("err = %v, want ErrLogFull", err)
+	}
+	// A failed batch keeps its ID for the retry; an acknowledged one goes.
+	g.ack(batches, []error{nil, errors.New("timeout")})
+	again := g.seal()
+	if again[0].ID != batches[1].ID {
+		t.Fatalf("retried batch %s, want the same id %s", again[0].ID, batches[1].ID)
+	}
+	if again[0].ID == again[1].ID {
+		t.Fatal("two batches share an id")
+	}
+}

@@ -14,6 +14,7 @@ require (
 	github.com/redis/rueidis v1.0.79 // indirect
 	github.com/stretchr/testify v1.12.1 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
+	go.yaml.in/yaml/v3 v3.0.6 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	pgregory.net/rapid v1.3.0 // indirect
 )

@@ -1,0 +1,384 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/holdfast/holdfast/algorithms/slidingwindow"
+	"github.com/holdfast/holdfast/algorithms/tokenbucket"
+	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/fallback"
+)
+
+// document is the top level of a config file. Policies stay YAML nodes:
+// they are read field by field so every error can name its policy.
+type document struct {
+	Prefix     string
+	TrustProxy bool
+	Policies   []*yaml.Node
+}
+
+// fields maps each policy field to the algorithm it belongs to; "" means
+// every algorithm.
+var fields = map[string]string{
+	"name": "", "path": "", "algorithm": "", "key": "", "outage": "",
+	"capacity": tokenbucket.Name, "refill_per_second": tokenbucket.Name,
+	"limit": slidingwindow.Name, "window": slidingwindow.Name,
+}
+
+// Load reads a config (at most MaxSize bytes, one YAML document) and
+// validates it. Errors about a policy are *FieldError.
+func Load(r io.Reader) (*Config, error) {
+	src, err := io.ReadAll(io.LimitReader(r, MaxSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if len(src) > MaxSize {
+		return nil, fmt.Errorf("config: larger than %d bytes", MaxSize)
+	}
+	doc, err := decode(src)
+	if err != nil {
+		return nil, err
+	}
+	c := &Config{Prefix: doc.Prefix}
+	for i := range doc.Policies {
+		p, err := parsePolicy(i, doc.Policies[i], doc.TrustProxy)
+		if err != nil {
+			return nil, err
+		}
+		c.Policies = append(c.Policies, p)
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// decode parses exactly one YAML document and reads its top level.
+func decode(src []byte) (doc document, err error) {
+	defer func() {
+		// The YAML library is the first reader of outside input: a panic in
+		// it must not take the service down.
+		if p := recover(); p != nil {
+			err = fmt.Errorf("config: malformed YAML: %v", p)
+		}
+	}()
+	// Decoding into a yaml.Node keeps every field for the walk below, which
+	// rejects unknown fields itself (Decoder.KnownFields only applies to
+	// structs) so that its errors can name the policy.
+	dec := yaml.NewDecoder(bytes.NewReader(src))
+	var root yaml.Node
+	if err := dec.Decode(&root); err != nil {
+		if errors.Is(err, io.EOF) {
+			return doc, &FieldError{Index: -1, Field: "policies", Msg: "empty config, want at least one policy"}
+		}
+		return doc, yamlError(err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return doc, errors.New("config: more than one YAML document (a second '---')")
+	}
+	n := &root
+	if n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
+		n = deref(n.Content[0])
+	}
+	if n == nil || isNull(n) {
+		return doc, &FieldError{Index: -1, Field: "policies", Msg: "empty config, want at least one policy"}
+	}
+	if n.Kind != yaml.MappingNode {
+		return doc, errors.New("config: want a mapping of prefix, trust_proxy and policies at the top level")
+	}
+	return doc, doc.read(n)
+}
+
+// read reads the top-level mapping n.
+func (doc *document) read(n *yaml.Node) error {
+	top := func(field, format string, args ...any) error {
+		return &FieldError{Index: -1, Field: field, Msg: fmt.Sprintf(format, args...)}
+	}
+	seen := map[string]bool{}
+	for j := 0; j+1 < len(n.Content); j += 2 {
+		k, v := deref(n.Content[j]), deref(n.Content[j+1])
+		if k == nil || v == nil || k.Kind != yaml.ScalarNode {
+			return errors.New("config: top-level field names must be plain strings")
+		}
+		if seen[k.Value] {
+			return top(k.Value, "given twice")
+		}
+		seen[k.Value] = true
+		switch k.Value {
+		case "prefix":
+			if v.Kind != yaml.ScalarNode {
+				return top("prefix", "want a string")
+			}
+			if !isNull(v) {
+				doc.Prefix = v.Value
+			}
+		case "trust_proxy":
+			if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!bool" || v.Decode(&doc.TrustProxy) != nil {
+				return top("trust_proxy", "want true or false, got %s", show(v.Value))
+			}
+		case "policies":
+			switch {
+			case v.Kind == yaml.SequenceNode:
+				doc.Policies = v.Content
+			case !isNull(v):
+				return top("policies", "want a list of policies")
+			}
+		default:
+			return top("", "unknown top-level field %s (want prefix, trust_proxy or policies)", show(k.Value))
+		}
+	}
+	return nil
+}
+
+func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" }
+
+// yamlError is a YAML syntax error, with its line.
+func yamlError(err error) error {
+	return fmt.Errorf("config: %s", strings.TrimPrefix(err.Error(), "yaml: "))
+}
+
+// policyFields is one policy's fields while it is parsed.
+type policyFields struct {
+	i     int
+	name  string
+	nodes map[string]*yaml.Node
+}
+
+func (pf *policyFields) errorf(field string, cause error, format string, args ...any) error {
+	return &FieldError{Policy: pf.name, Index: pf.i, Field: field, Msg: fmt.Sprintf(format, args...), Err: cause}
+}
+
+// parsePolicy reads policy i from its YAML mapping.
+func parsePolicy(i int, n *yaml.Node, trustProxy bool) (Policy, error) {
+	pf := &policyFields{i: i, nodes: map[string]*yaml.Node{}}
+	n = deref(n)
+	if n == nil || n.Kind != yaml.MappingNode {
+		return Policy{}, pf.errorf("", nil, "want a mapping of fields (name, path, algorithm, ...)")
+	}
+	var problem error
+	for j := 0; j+1 < len(n.Content); j += 2 {
+		k, v := deref(n.Content[j]), deref(n.Content[j+1])
+		switch {
+		case problem != nil:
+		case k == nil || k.Kind != yaml.ScalarNode:
+			problem = pf.errorf("", nil, "field names must be plain strings")
+		case pf.nodes[k.Value] != nil:
+			problem = pf.errorf(k.Value, nil, "given twice")
+		default:
+			if _, known := fields[k.Value]; !known {
+				problem = pf.errorf("", nil, "unknown field %s (want name, path, algorithm, key, outage, capacity, refill_per_second, limit or window)", show(k.Value))
+			}
+		}
+		if k != nil && k.Kind == yaml.ScalarNode && pf.nodes[k.Value] == nil {
+			pf.nodes[k.Value] = v
+		}
+	}
+	// Name the policy first, so every later error can say which it is.
+	name, err := pf.str("name", true)
+	if err != nil {
+		return Policy{}, err
+	}
+	pf.name = name
+	if problem != nil {
+		if fe, ok := problem.(*FieldError); ok {
+			fe.Policy = name
+		}
+		return Policy{}, problem
+	}
+	return pf.build(trustProxy)
+}
+
+// build checks the fields and builds the policy with its algorithm's
+// constructor.
+func (pf *policyFields) build(trustProxy bool) (Policy, error) {
+	if _, err := slidingwindow.Policy(pf.name, 1, time.Second); err != nil {
+		return Policy{}, pf.errorf("name", err, "%s", pf.cause(err))
+	}
+	p := Policy{Name: pf.name}
+	var err error
+	if p.Path, err = pf.str("path", true); err != nil {
+		return Policy{}, err
+	}
+	if msg := checkPath(p.Path); msg != "" {
+		return Policy{}, pf.errorf("path", nil, "%s", msg)
+	}
+	alg, err := pf.str("algorithm", true)
+	if err != nil {
+		return Policy{}, err
+	}
+	switch alg {
+	case tokenbucket.Name, slidingwindow.Name:
+	default:
+		return Policy{}, pf.errorf("algorithm", core.ErrInvalidPolicy, "unknown algorithm %s (want %s or %s)", show(alg), tokenbucket.Name, slidingwindow.Name)
+	}
+	for _, f := range []string{"capacity", "refill_per_second", "limit", "window"} {
+		if pf.nodes[f] != nil && fields[f] != alg {
+			return Policy{}, pf.errorf(f, core.ErrInvalidPolicy, "not a %s field (it belongs to %s)", alg, fields[f])
+		}
+	}
+	if alg == tokenbucket.Name {
+		p.Policy, err = pf.tokenBucket()
+	} else {
+		p.Policy, err = pf.slidingWindow()
+	}
+	if err != nil {
+		return Policy{}, err
+	}
+	key, err := pf.str("key", true)
+	if err != nil {
+		return Policy{}, err
+	}
+	if p.Key, err = ParseKeySource(key); err != nil {
+		return Policy{}, pf.errorf("key", err, "%s", strings.TrimPrefix(err.Error(), "config: "))
+	}
+	p.Key.TrustProxy = trustProxy
+	outage, err := pf.str("outage", false)
+	if err != nil {
+		return Policy{}, err
+	}
+	if p.Outage, err = fallback.ParseOutageMode(outage); err != nil {
+		return Policy{}, pf.errorf("outage", err, "unknown mode %s (want leases, fail_closed or fail_open)", show(outage))
+	}
+	return p, nil
+}
+
+func (pf *policyFields) tokenBucket() (core.Policy, error) {
+	capacity, err := pf.integer("capacity")
+	if err != nil {
+		return core.Policy{}, err
+	}
+	rate, err := pf.number("refill_per_second")
+	if err != nil {
+		return core.Policy{}, err
+	}
+	p, err := tokenbucket.Policy(pf.name, capacity, rate)
+	if err != nil {
+		// The numbers are each positive; find which one is out of range.
+		field := "capacity"
+		if _, e := tokenbucket.Policy(pf.name, 1, rate); e != nil {
+			field = "refill_per_second"
+		}
+		return core.Policy{}, pf.errorf(field, err, "%s", pf.cause(err))
+	}
+	return p, nil
+}
+
+func (pf *policyFields) slidingWindow() (core.Policy, error) {
+	limit, err := pf.integer("limit")
+	if err != nil {
+		return core.Policy{}, err
+	}
+	window, err := pf.duration("window")
+	if err != nil {
+		return core.Policy{}, err
+	}
+	p, err := slidingwindow.Policy(pf.name, limit, window)
+	if err != nil {
+		field := "limit"
+		if _, e := slidingwindow.Policy(pf.name, 1, window); e != nil {
+			field = "window"
+		}
+		return core.Policy{}, pf.errorf(field, err, "%s", pf.cause(err))
+	}
+	return p, nil
+}
+
+// cause is err's message without the policy's name, which the FieldError
+// already gives.
+func (pf *policyFields) cause(err error) string {
+	return strings.ReplaceAll(err.Error(), fmt.Sprintf("policy %q: ", pf.name), "")
+}
+
+// scalar returns field's node if the field is given and not null.
+func (pf *policyFields) scalar(field string, required bool) (*yaml.Node, error) {
+	n := pf.nodes[field]
+	if n == nil || isNull(n) {
+		if required {
+			return nil, pf.errorf(field, nil, "required")
+		}
+		return nil, nil
+	}
+	if n.Kind != yaml.ScalarNode {
+		return nil, pf.errorf(field, nil, "want a single value, got a list or mapping")
+	}
+	return n, nil
+}
+
+func (pf *policyFields) str(field string, required bool) (string, error) {
+	n, err := pf.scalar(field, required)
+	if n == nil {
+		return "", err
+	}
+	if required && n.Value == "" {
+		return "", pf.errorf(field, nil, "required, got an empty string")
+	}
+	return n.Value, nil
+}
+
+// integer reads a positive whole number. YAML would turn 20.5 into 20; the
+// tag check refuses it instead.
+func (pf *policyFields) integer(field string) (int64, error) {
+	n, err := pf.scalar(field, true)
+	if n == nil {
+		return 0, err
+	}
+	var v int64
+	if n.ShortTag() != "!!int" || n.Decode(&v) != nil {
+		return 0, pf.errorf(field, core.ErrInvalidPolicy, "must be a positive integer, got %s", show(n.Value))
+	}
+	if v <= 0 {
+		return 0, pf.errorf(field, core.ErrInvalidPolicy, "must be a positive integer, got %d", v)
+	}
+	return v, nil
+}
+
+// number reads a positive, finite number.
+func (pf *policyFields) number(field string) (float64, error) {
+	n, err := pf.scalar(field, true)
+	if n == nil {
+		return 0, err
+	}
+	var v float64
+	if tag := n.ShortTag(); tag != "!!int" && tag != "!!float" || n.Decode(&v) != nil {
+		return 0, pf.errorf(field, core.ErrInvalidPolicy, "must be a positive number, got %s", show(n.Value))
+	}
+	if math.IsNaN(v) || math.IsInf(v, 0) || v <= 0 {
+		return 0, pf.errorf(field, core.ErrInvalidPolicy, "must be a positive number, got %s", strconv.FormatFloat(v, 'g', -1, 64))
+	}
+	return v, nil
+}
+
+// duration reads a positive Go duration such as "2s" or "1m30s".
+func (pf *policyFields) duration(field string) (time.Duration, error) {
+	n, err := pf.scalar(field, true)
+	if n == nil {
+		return 0, err
+	}
+	d, err := time.ParseDuration(n.Value)
+	if n.ShortTag() != "!!str" || err != nil {
+		return 0, pf.errorf(field, core.ErrInvalidPolicy, "must be a duration such as 2s or 500ms, got %s", show(n.Value))
+	}
+	if d <= 0 {
+		return 0, pf.errorf(field, core.ErrInvalidPolicy, "must be positive, got %v", d)
+	}
+	return d, nil
+}
+
+// deref follows an alias to its anchored node (one level: aliases of
+// aliases do not occur in parsed YAML).
+func deref(n *yaml.Node) *yaml.Node {
+	if n != nil && n.Kind == yaml.AliasNode {
+		return n.Alias
+	}
+	return n
+}

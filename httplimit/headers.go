@@ -1,0 +1,102 @@
+package httplimit
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/holdfast/holdfast/algorithms/tokenbucket"
+	"github.com/holdfast/holdfast/core"
+)
+
+// The header fields follow draft-ietf-httpapi-ratelimit-headers-11 (23 May
+// 2026), where both fields are Structured Field Lists (RFC 9651) of Items
+// whose value is the policy name as an sf-string:
+//
+//	RateLimit-Policy: "tb";q=20;w=4
+//	RateLimit: "tb";r=5;t=3
+//
+// RateLimit-Policy (draft section 3): q is the quota, Result.Limit (in
+// degraded mode this instance's share); w is the time window in whole
+// seconds: a sliding window's length, or for a token bucket the time to
+// refill the whole capacity (q per w is then the refill rate; the same time
+// for a degraded share, whose capacity and rate are both divided by the
+// instance count). w is rounded up and at least 1, as the draft wants a
+// non-zero integer.
+//
+// RateLimit (draft section 4): r is the available quota, Result.Remaining;
+// t is the "effective window", the seconds within which the client can use
+// no more than r. On an admitted request t is ResetAfter rounded up: the
+// time until the full quota is back if nothing more is spent. That is a
+// conservative hint (a token bucket refills, a sliding window slides, so a
+// client may get more than r within t, never less). On a denied request t
+// equals Retry-After, because the draft (section 6) says Retry-After SHOULD
+// NOT point earlier than the end of the effective window, and ResetAfter is
+// usually later than RetryAfter.
+//
+// The fields are added, not set, so nested middleware reports one list
+// member per policy, as the draft allows.
+
+// setHeaders adds the RateLimit-Policy and RateLimit fields for decision res
+// under policy p.
+func setHeaders(h http.Header, p core.Policy, res core.Result) {
+	name := sfString(p.Name())
+	t := ceilSeconds(res.ResetAfter)
+	if !res.Allowed {
+		t = retryAfter(res)
+	}
+	h.Add("RateLimit-Policy", name+";q="+itoa(max(res.Limit, 0))+";w="+itoa(window(p)))
+	h.Add("RateLimit", name+";r="+itoa(max(res.Remaining, 0))+";t="+itoa(t))
+}
+
+// window returns the w parameter of policy p: see above.
+func window(p core.Policy) int64 {
+	w := p.Interval()
+	if p.Algorithm() != nil && p.Algorithm().Name() == tokenbucket.Name {
+		// Capacity × interval stays below tokenbucket.MaxCredit µs (about
+		// 35 years), far from overflowing a Duration.
+		w = time.Duration(p.Limit()) * p.Interval()
+	}
+	return max(ceilSeconds(w), 1)
+}
+
+// retryAfter is the Retry-After of a denial, in whole seconds: RetryAfter
+// rounded up, at least 1.
+func retryAfter(res core.Result) int64 {
+	return max(ceilSeconds(res.RetryAfter), 1)
+}
+
+// ceilSeconds rounds d up to whole seconds; negative durations are 0.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	s := int64(d / time.Second)
+	if d%time.Second != 0 {
+		s++
+	}
+	return s
+}
+
+// sfString serialises s as a Structured Field String (RFC 9651 section
+// 4.1.6). Policy names are letters, digits, '_', '-' and '.', so this only
+// quotes them; other bytes are escaped or dropped to keep the field valid.
+func sfString(s string) string {
+	var b strings.Builder
+	b.Grow(len(s) + 2)
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c >= 0x20 && c <= 0x7e:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -18,10 +18,12 @@
 package reconcile
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -56,6 +58,10 @@ type Options struct {
 	Concurrency int
 	// CallTimeout bounds each batch's call. 0 means 2 seconds.
 	CallTimeout time.Duration
+	// MergeWindow is how long a recovery's merge log lives: token bucket
+	// batches replayed within it are charged as one global bucket; a batch
+	// after it starts a new log. 0 means 1 minute.
+	MergeWindow time.Duration
 }
 
 // Reconciler replays outage logs into a store. It is safe for concurrent
@@ -77,8 +83,14 @@ func New(o Options) *Reconciler {
 	if o.CallTimeout <= 0 {
 		o.CallTimeout = 2 * time.Second
 	}
+	if o.MergeWindow <= 0 {
+		o.MergeWindow = time.Minute
+	}
 	return &Reconciler{o: o}
 }
+
+// MergeKey is the key of storage key key's merge log during a recovery.
+func MergeKey(key string) string { return key + ":rl" }
 
 // MarkerKey is the key that marks batch id of storage key key as applied.
 // It shares key's hash tag, so both live in one Redis Cluster slot.
@@ -109,7 +121,11 @@ func (r *Reconciler) apply(ctx context.Context, store core.Store, b *core.Batch)
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.o.CallTimeout)
 	defer cancel()
-	reply, err := store.Run(ctx, script, []string{b.Key, MarkerKey(b.Key, b.ID)}, args)
+	keys := []string{b.Key, MarkerKey(b.Key, b.ID)}
+	if script == TokenBucketScript {
+		keys = append(keys, MergeKey(b.Key))
+	}
+	reply, err := store.Run(ctx, script, keys, args)
 	if err != nil {
 		return fmt.Errorf("reconcile batch %s: %w", b.ID, err)
 	}
@@ -129,8 +145,9 @@ func (r *Reconciler) call(b *core.Batch) (*core.Script, []string, error) {
 	i64 := func(v int64) string { return strconv.FormatInt(v, 10) }
 	switch p.Algorithm().Name() {
 	case tokenbucket.Name:
-		args := make([]string, 0, 5+2*len(b.Grants))
-		args = append(args, i64(p.Limit()), i64(p.Interval().Microseconds()), ttl, i64(b.Seed.Value), i64(b.Seed.At))
+		args := make([]string, 0, 6+2*len(b.Grants))
+		args = append(args, i64(p.Limit()), i64(p.Interval().Microseconds()), ttl, i64(b.Seed.Value), i64(b.Seed.At),
+			strconv.FormatInt(r.o.MergeWindow.Milliseconds(), 10))
 		for _, g := range b.Grants {
 			args = append(args, i64(g.At), i64(g.Cost))
 		}
@@ -146,27 +163,60 @@ func (r *Reconciler) call(b *core.Batch) (*core.Script, []string, error) {
 	return nil, nil, fmt.Errorf("%w %q (batch %s)", ErrUnknownAlgorithm, p.Algorithm().Name(), b.ID)
 }
 
+// MergeLog is the Go model of a recovery's merge log: the bucket as it stood
+// when the first batch arrived, and every grant replayed since.
+type MergeLog struct {
+	Started bool
+	Base    tokenbucket.State
+	Grants  []core.Grant
+}
+
 // ReplayTokenBucket is the Go model of tokenbucket.lua's replay, for tests
-// and reasoning: it folds grants into the bucket (st, ok false when the key
-// is missing; seed used then) of capacity c and interval t.
-func ReplayTokenBucket(st tokenbucket.State, ok bool, seed core.Seed, c, t int64, grants []core.Grant) tokenbucket.State {
+// and reasoning: it charges batch grants to the bucket cur (ok false when
+// the key is missing; seed used then) of capacity c and interval t, with
+// the recovery's merge log m, and returns the new bucket.
+func ReplayTokenBucket(cur tokenbucket.State, ok bool, seed core.Seed, m *MergeLog, c, t int64, grants []core.Grant) tokenbucket.State {
 	full := c * t
 	switch {
 	case ok:
 	case seed.At > 0:
-		st = tokenbucket.State{Credit: seed.Value, Last: seed.At}
-	case len(grants) > 0:
-		st = tokenbucket.State{Credit: full, Last: grants[0].At}
+		cur = tokenbucket.State{Credit: seed.Value, Last: seed.At}
 	default:
-		st = tokenbucket.State{Credit: full}
+		cur = tokenbucket.State{Credit: full}
 	}
-	for _, g := range grants {
-		if g.At > st.Last {
-			st.Credit = min(full, st.Credit+g.At-st.Last)
-			st.Last = g.At
+	if !m.Started {
+		m.Started, m.Base = true, cur
+	}
+	prev := slices.Clone(m.Grants)
+	m.Grants = append(m.Grants, grants...)
+	all := slices.Clone(m.Grants)
+	byTime := func(a, b core.Grant) int { return cmp.Compare(a.At, b.At) }
+	slices.SortStableFunc(prev, byTime)
+	slices.SortStableFunc(all, byTime)
+	run := func(gs []core.Grant) tokenbucket.State {
+		st := m.Base
+		for _, g := range gs {
+			if g.At > st.Last {
+				st.Credit = min(full, st.Credit+g.At-st.Last)
+				st.Last = g.At
+			}
+			st.Credit -= g.Cost * t
 		}
-		st.Credit -= g.Cost * t
+		return st
 	}
-	st.Credit = max(st.Credit, -full)
+	withAll, without := run(all), run(prev)
+	x := withAll.Last
+	without = Advance(without, full, x)
+	cur = Advance(cur, full, x)
+	cur.Credit = max(cur.Credit-(without.Credit-withAll.Credit), -full)
+	return cur
+}
+
+// Advance brings bucket st of full credit forward to time x (refilling,
+// capped); a bucket already past x is returned as it is.
+func Advance(st tokenbucket.State, full, x int64) tokenbucket.State {
+	if x > st.Last {
+		return tokenbucket.State{Credit: min(full, st.Credit+x-st.Last), Last: x}
+	}
 	return st
 }

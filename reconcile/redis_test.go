@@ -109,13 +109,51 @@ func TestScriptMatchesModel(t *testing.T) {
 		if tc.stored != nil {
 			st = *tc.stored
 		}
-		want := reconcile.ReplayTokenBucket(st, tc.stored != nil, tc.seed, 10, 250_000, grants)
+		want := reconcile.ReplayTokenBucket(st, tc.stored != nil, tc.seed, &reconcile.MergeLog{}, 10, 250_000, grants)
 		if got := bucket(t, srv, key); got != want {
 			t.Errorf("case %d: Redis %+v, model %+v", i, got, want)
 		}
 		if want.Credit < -full || want.Credit > full {
 			t.Errorf("case %d: credit %d outside ±one bucket", i, want.Credit)
 		}
+	}
+}
+
+// TestScriptMergesInstances: three instances' batches for one key, replayed
+// through Redis one after another, leave the bucket where the Go model (one
+// global bucket fed all grants) does.
+func TestScriptMergesInstances(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	store := newStore(t, srv)
+	p, _ := tokenbucket.Policy("tb", 10, 10) // 100 ms a token
+	now := time.Now().UnixMicro()
+	key := core.StorageKey("hf:", "tb", "merge")
+	start := tokenbucket.State{Credit: 2 * 100_000, Last: now - 3_000_000}
+	srv.Do(t, "HSET", key, "c", fmt.Sprint(start.Credit), "t", fmt.Sprint(start.Last))
+	var m reconcile.MergeLog
+	want := start
+	r := reconcile.New(reconcile.Options{})
+	for i := range 3 {
+		var grants []core.Grant
+		for j := range 10 {
+			// Each instance admits 2.5 a second, interleaved with the others.
+			grants = append(grants, core.Grant{Cost: 1, At: now - 3_000_000 + int64(j)*400_000 + int64(i)*133_000})
+		}
+		b := core.Batch{ID: fmt.Sprint("app", i), Key: key, Policy: p, Grants: grants}
+		if errs := r.Reconcile(context.Background(), store, []core.Batch{b}); errs[0] != nil {
+			t.Fatal(errs[0])
+		}
+		want = reconcile.ReplayTokenBucket(want, true, core.Seed{}, &m, 10, 100_000, grants)
+		if got := bucket(t, srv, key); got != want {
+			t.Fatalf("after instance %d: Redis %+v, model %+v", i, got, want)
+		}
+	}
+	// 30 grants over 3 s at 10 a second of refill, from 2 tokens: one global
+	// bucket never fills, so it ends at 2 + 26.x - 30 tokens, not in a debt
+	// of a whole bucket as charging the later instances without refill would.
+	if want.Credit < -2*100_000 {
+		t.Fatalf("credit %d: the merge charged more than one global bucket", want.Credit)
 	}
 }
 

@@ -100,7 +100,7 @@ func (l *Limiter) recover(ctx context.Context) error {
 	if err := l.reconcile(ctx); err != nil {
 		return err
 	}
-	ahead := 2*l.probeInterval() + 2*l.breaker.CallTimeout()
+	ahead := 2*l.o.probeInterval() + 2*l.o.callTimeout()
 	cctx, cancel := context.WithTimeout(ctx, l.breaker.CallTimeout())
 	raw, err := l.store.Run(cctx, recoveryScript, []string{l.o.Prefix + "{recovery}"}, []string{strconv.FormatInt(ahead.Microseconds(), 10)})
 	cancel()
@@ -120,11 +120,18 @@ func (l *Limiter) recover(ctx context.Context) error {
 	return nil
 }
 
-func (l *Limiter) probeInterval() time.Duration {
-	if l.o.Breaker.ProbeInterval > 0 {
-		return l.o.Breaker.ProbeInterval
+func (o *Options) probeInterval() time.Duration {
+	if o.Breaker.ProbeInterval > 0 {
+		return o.Breaker.ProbeInterval
 	}
 	return time.Second
+}
+
+func (o *Options) callTimeout() time.Duration {
+	if o.Breaker.CallTimeout > 0 {
+		return o.Breaker.CallTimeout
+	}
+	return 50 * time.Millisecond
 }
 
 // reconcile replays the outage log until it is empty: grants keep arriving

@@ -14,6 +14,7 @@ import (
 type keyState struct {
 	known known
 	epoch uint64 // the outage the lease belongs to; 0: no lease
+	from  int64  // the Redis time of the known state the lease started from
 	tb    tokenbucket.State
 	tbOK  bool
 	sw    weightedLog
@@ -54,9 +55,13 @@ func share(limit, n int64) int64 { return max(limit/n, 1) }
 // 1/n share of policy p, starting the lease from the known state when epoch
 // is new. It reports the decision as a Reply in units of the share.
 func (k *keyState) decideLease(p core.Policy, epoch uint64, n, now, cost int64) core.Reply {
-	fresh := k.epoch != epoch
+	// A lease starts from the freshest view of Redis: a new outage, or a
+	// Redis reply newer than the one the lease started from (during
+	// recovery, where every local grant is confirmed on Redis, the reply
+	// already counts the lease's grants).
+	fresh := k.epoch != epoch || k.known.at > k.from
 	if fresh {
-		k.epoch = epoch
+		k.epoch, k.from = epoch, k.known.at
 		k.seed = core.Seed{Value: k.known.value, At: k.known.at}
 		if p.Algorithm().Name() == slidingwindow.Name {
 			k.seed.At = k.known.newest

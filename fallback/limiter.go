@@ -118,7 +118,7 @@ type Limiter struct {
 	lastRecon  atomic.Int64 // duration of the last reconciliation, ns
 
 	flushNow   chan struct{} // signalled when the breaker closes
-	confirming atomic.Bool   // recovering: log replayed, local grants confirmed on Redis
+	confirming atomic.Bool   // recovering: log replayed, local grants replayed at once
 	reconMu    sync.Mutex
 	cancel     context.CancelFunc
 	wg         sync.WaitGroup
@@ -136,6 +136,10 @@ func New(store core.Store, o Options) (*Limiter, error) {
 	}
 	if err := o.defaults(); err != nil {
 		return nil, err
+	}
+	if o.Reconcile.MergeWindow == 0 {
+		// The merge log closes a call deadline before the recovery barrier.
+		o.Reconcile.MergeWindow = 2*o.probeInterval() + o.callTimeout()
 	}
 	l := &Limiter{store: store, o: o, rec: reconcile.New(o.Reconcile), flushNow: make(chan struct{}, 1)}
 	l.members = o.Prefix + "{members}"
@@ -303,6 +307,12 @@ func (l *Limiter) remote(ctx context.Context, gen uint64, p core.Policy, skey st
 	if err != nil {
 		return core.Result{}, err
 	}
+	l.observe(skey, p, rep)
+	return result(p.Limit(), rep, core.ModeRedis, false), nil
+}
+
+// observe records a Redis reply: the clock offset and the key's known state.
+func (l *Limiter) observe(skey string, p core.Policy, rep core.Reply) {
 	l.offset.Store(rep.Now - l.o.Clock().UnixMicro())
 	l.leases.Update(skey, func(prev any, _ int64) (any, int64) {
 		ks, _ := prev.(*keyState)
@@ -312,7 +322,6 @@ func (l *Limiter) remote(ctx context.Context, gen uint64, p core.Policy, skey st
 		ks.observe(p, rep)
 		return ks, rep.ResetAfter + int64(time.Second/time.Microsecond)
 	})
-	return result(p.Limit(), rep, core.ModeRedis, false), nil
 }
 
 // local decides without the store, by the policy's outage mode.
@@ -346,14 +355,11 @@ func (l *Limiter) local(ctx context.Context, p core.Policy, skey string, cost in
 	})
 	r := result(share(p.Limit(), n), rep, core.ModeLocal, true)
 	if r.Allowed && l.confirming.Load() && l.breaker.State() == Reconciling {
-		// Redis is back and this instance's log is replayed: the grant goes
-		// to Redis at once instead of into the log, and Redis must admit it
-		// too. The lease still caps this instance at its share, so the
-		// instances that have not replayed yet cannot be crowded out.
-		if ok, err := l.confirm(ctx, p, skey, cost, id); err == nil {
-			if !ok {
-				r.Allowed, r.RetryAfter = false, max(r.RetryAfter, time.Millisecond)
-			}
+		// Redis is back and this instance's log is replayed: the grant is
+		// replayed at once, in the recovery's merge log, instead of waiting
+		// in the outage log until after the switch back to Redis.
+		b := core.Batch{ID: l.log.nextID(), Key: skey, Policy: p, Seed: seed, Grants: []core.Grant{{ID: id, Cost: cost, At: rep.Now}}}
+		if errs := l.rec.Reconcile(ctx, l.store, []core.Batch{b}); errs[0] == nil {
 			return r, nil
 		}
 	}
@@ -364,23 +370,6 @@ func (l *Limiter) local(ctx context.Context, p core.Policy, skey string, cost in
 		}
 	}
 	return r, nil
-}
-
-// confirm runs the decision on Redis during recovery and reports whether
-// Redis admitted it. An error means the outcome is unknown: the caller logs
-// the grant (a sliding window grant keeps its id, so it counts once).
-func (l *Limiter) confirm(ctx context.Context, p core.Policy, skey string, cost int64, id string) (bool, error) {
-	cctx, cancel := context.WithTimeout(ctx, l.breaker.CallTimeout())
-	defer cancel()
-	raw, err := l.store.Run(cctx, p.Algorithm().Script(), []string{skey}, p.Algorithm().Args(p, cost, id, 0))
-	if err != nil {
-		return false, err
-	}
-	rep, err := core.ParseReply(raw)
-	if err != nil {
-		return false, err
-	}
-	return rep.Allowed, nil
 }
 
 func result(limit int64, r core.Reply, mode core.Mode, degraded bool) core.Result {

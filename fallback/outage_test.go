@@ -99,6 +99,21 @@ func startInstances(t *testing.T, backend, url string, n int, stateDir string) *
 type load struct {
 	admitted, denied, errors atomic.Int64
 	worst                    atomic.Int64 // slowest decision, ns
+	mu                       sync.Mutex
+	lat                      []time.Duration
+}
+
+// observe records one decision's latency.
+func (ld *load) observe(took time.Duration) {
+	for {
+		w := ld.worst.Load()
+		if int64(took) <= w || ld.worst.CompareAndSwap(w, int64(took)) {
+			break
+		}
+	}
+	ld.mu.Lock()
+	ld.lat = append(ld.lat, took)
+	ld.mu.Unlock()
 }
 
 // drive sends requests for key round-robin over the instances from
@@ -113,9 +128,7 @@ func (in *instances) drive(ctx context.Context, p core.Policy, key string, worke
 				start := time.Now()
 				r, err := l.Allow(context.Background(), p, key)
 				took := time.Since(start)
-				if took > time.Duration(ld.worst.Load()) {
-					ld.worst.Store(int64(took))
-				}
+				ld.observe(took)
 				switch {
 				case err != nil:
 					ld.errors.Add(1)
@@ -187,6 +200,7 @@ func TestOutage(t *testing.T) {
 			ratio := float64(ld.admitted.Load()) / b
 			t.Logf("admitted %d denied %d errors %d in %v: bound %.0f, ratio %.3f, slowest decision %v",
 				ld.admitted.Load(), ld.denied.Load(), ld.errors.Load(), took.Round(time.Millisecond), b, ratio, time.Duration(ld.worst.Load()))
+			record("kill -9 for 3 s, restart "+map[bool]string{true: "with AOF", false: "empty"}[tc.aof], tc.backend, tc.p, &ld, b)
 			if ld.errors.Load() != 0 {
 				t.Errorf("%d errors reached callers", ld.errors.Load())
 			}
@@ -245,6 +259,7 @@ func TestBlackHole(t *testing.T) {
 			in.drive(ctx, tb, "client-1", 4, 2*time.Millisecond, &ld)
 			b := bound(tb, time.Since(start))
 			worst := time.Duration(ld.worst.Load())
+			record("SIGSTOP for 2 s (black hole)", backend, tb, &ld, b)
 			t.Logf("admitted %d errors %d: ratio %.3f; slowest decision %v (call deadline %v)",
 				ld.admitted.Load(), ld.errors.Load(), float64(ld.admitted.Load())/b, worst, callTimeout)
 			if ld.errors.Load() != 0 {
@@ -281,6 +296,7 @@ func TestGentleClientNeverRejected(t *testing.T) {
 	}()
 	var ld load
 	in.drive(ctx, p, "gentle", 1, 100*time.Millisecond, &ld) // 10 a second, half the rate
+	record("kill -9 for 2 s, client at half its rate", "goredis", p, &ld, 0)
 	t.Logf("gentle client: admitted %d, denied %d, errors %d", ld.admitted.Load(), ld.denied.Load(), ld.errors.Load())
 	if ld.denied.Load() != 0 || ld.errors.Load() != 0 || ld.admitted.Load() < 40 {
 		t.Errorf("admitted %d denied %d errors %d: a client at half its limit must never be rejected",
@@ -315,6 +331,7 @@ func TestFlapping(t *testing.T) {
 	in.drive(ctx, p, "flap", 4, 2*time.Millisecond, &ld)
 	b := bound(p, time.Since(start))
 	r := float64(ld.admitted.Load()) / b
+	record("flapping: kill/restart every 1-2 s for 12 s", "rueidis", p, &ld, b)
 	t.Logf("flapping: admitted %d denied %d errors %d, ratio %.3f", ld.admitted.Load(), ld.denied.Load(), ld.errors.Load(), r)
 	if ld.errors.Load() != 0 {
 		t.Errorf("%d errors reached callers", ld.errors.Load())

@@ -131,6 +131,14 @@ func (g *outageLog) ack(batches []core.Batch, errs []error) {
 	})
 }
 
+// nextID returns a new batch ID.
+func (g *outageLog) nextID() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.seq++
+	return g.prefix + ":" + strconv.FormatUint(g.seq, 10)
+}
+
 // pending is the number of grants not yet acknowledged.
 func (g *outageLog) pending() int {
 	g.mu.Lock()

@@ -58,9 +58,10 @@ type Options struct {
 	Concurrency int
 	// CallTimeout bounds each batch's call. 0 means 2 seconds.
 	CallTimeout time.Duration
-	// MergeWindow is how long a recovery's merge log lives: token bucket
-	// batches replayed within it are charged as one global bucket; a batch
-	// after it starts a new log. 0 means 1 minute.
+	// MergeWindow is how long a recovery's merge log lives from its first
+	// batch: token bucket batches replayed within it are charged as one
+	// global bucket; a batch after it starts a new log. It must end before
+	// decisions through Redis resume. 0 means 1 second.
 	MergeWindow time.Duration
 }
 
@@ -84,7 +85,7 @@ func New(o Options) *Reconciler {
 		o.CallTimeout = 2 * time.Second
 	}
 	if o.MergeWindow <= 0 {
-		o.MergeWindow = time.Minute
+		o.MergeWindow = time.Second
 	}
 	return &Reconciler{o: o}
 }

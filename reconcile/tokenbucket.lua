@@ -23,7 +23,9 @@
 --          instance's last known state of the bucket, used only when the key
 --          is missing (Redis restarted empty, or the key expired when full:
 --          refilling from the seed gives the same full bucket)
--- ARGV[6]  merge log TTL in milliseconds: how long one recovery lasts
+-- ARGV[6]  merge log TTL in milliseconds, set when the log is created: how
+--          long one recovery's replays are merged; it must end before
+--          decisions through Redis resume, since those are not in the log
 -- ARGV[7], ARGV[8], ...  pairs of grant time (us, Redis clock) and cost
 --
 -- Reply: {1, credit, t} when applied; {0, 0, 0} when the batch was applied
@@ -68,6 +70,7 @@ if #log > 0 then
   end
 else
   redis.call('RPUSH', KEYS[3], string.format('base %d %d', base_c, base_t))
+  redis.call('PEXPIRE', KEYS[3], ARGV[6])
 end
 local push = {}
 for i = 7, #ARGV, 2 do
@@ -82,7 +85,6 @@ end
 if #push > 0 then
   redis.call('RPUSH', KEYS[3], unpack(push))
 end
-redis.call('PEXPIRE', KEYS[3], ARGV[6])
 
 local function byTime(a, b)
   return a[1] < b[1]

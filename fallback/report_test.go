@@ -1,0 +1,89 @@
+package fallback_test
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/holdfast/holdfast/core"
+)
+
+// The fault tests record one row each; with HOLDFAST_RELIABILITY_OUT set,
+// TestMain writes them as the table of docs/RELIABILITY.md
+// (`make reliability`).
+var (
+	rowsMu sync.Mutex
+	rows   []string
+)
+
+func record(fault, backend string, p core.Policy, ld *load, bound float64) {
+	ld.mu.Lock()
+	lat := slices.Clone(ld.lat)
+	ld.mu.Unlock()
+	slices.Sort(lat)
+	p99 := time.Duration(0)
+	if len(lat) > 0 {
+		p99 = lat[len(lat)*99/100]
+	}
+	ratio := "—"
+	if bound > 0 {
+		ratio = fmt.Sprintf("%.3f", float64(ld.admitted.Load())/bound)
+	}
+	row := fmt.Sprintf("| %s | %s | %s | %d | %d | %s | %d | %v | %v |", fault, backend, p.Algorithm().Name(),
+		ld.admitted.Load(), ld.denied.Load(), ratio, ld.errors.Load(),
+		p99.Round(10*time.Microsecond), time.Duration(ld.worst.Load()).Round(10*time.Microsecond))
+	rowsMu.Lock()
+	rows = append(rows, row)
+	rowsMu.Unlock()
+}
+
+const reportHead = `# holdfast reliability
+
+Produced by ` + "`make reliability`" + ` (the fault tests of ` + "`fallback/outage_test.go`" + `
+with HOLDFAST_RELIABILITY_OUT set), on the machine that ran it: real redis-server
+processes, 4 instances (each a ` + "`fallback.Limiter`" + ` with its own client) behind a
+round-robin "load balancer" of 4 goroutines sending a request every 2 ms — far above the
+policy — for one key. The call deadline is 300 ms (generous, so a busy machine under
+-race does not trip breakers while Redis is healthy); probes every 200 ms.
+
+Policies: token bucket of capacity 10 refilled at 20/s; sliding window of 20 per 1 s.
+The bound is what one exact limiter would admit over the run (token bucket:
+capacity + rate × duration; sliding window: limit × (whole windows + 1)).
+admitted ÷ bound is what the instances admitted together, counted at the load balancer.
+p99 and max are the decision latencies the callers saw, all decisions of the run.
+
+| fault | backend | algorithm | admitted | denied | admitted ÷ bound | errors | p99 | max |
+| --- | --- | --- | --- | --- | --- | --- | --- | --- |
+`
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if out := os.Getenv("HOLDFAST_RELIABILITY_OUT"); out != "" && len(rows) > 0 {
+		slices.Sort(rows)
+		text := reportHead + strings.Join(rows, "\n") + "\n\n" + reportTail
+		if err := os.WriteFile(out, []byte(text), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "reliability report:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+const reportTail = `Reading the table:
+
+- Token bucket runs land a little under 1: reconciliation replays each instance's
+  grants against the stored bucket in turn; a grant older than the stored update time
+  is charged without refill, so sequential replay is conservative. The shortfall is
+  bounded by the debt clamp (one bucket) per outage.
+- Sliding window runs land at or a hair over 1: the moments of switching between Redis
+  and leases. During recovery each instance confirms its local grants on Redis, and
+  all instances return to Redis at one agreed Redis time (the recovery barrier), which
+  keeps the excess within a few units.
+- Flapping pays the switch cost at every flap; its assertion is the documented 1.15.
+- The client at half its rate must see zero denials; its bound column is not a limit
+  test.
+`

@@ -38,9 +38,24 @@ func (l *Limiter) heartbeat(ctx context.Context) error {
 	if len(raw) != 2 || raw[1] <= 0 {
 		return core.Errorf(core.ErrMalformedReply, "membership reply %v", raw)
 	}
-	l.instances.Store(max(raw[0], 1))
+	l.setInstances(max(raw[0], 1))
 	l.offset.Store(raw[1] - l.o.Clock().UnixMicro())
 	return nil
+}
+
+// setInstances takes a new live instance count. An increase is taken at
+// once (a smaller share is always safe); a decrease only once this instance
+// has been deciding through Redis for a whole heartbeat lifetime, since after
+// an outage or at start the other instances' heartbeats have lapsed and are
+// still coming back, and a count too low hands every instance too big a
+// share.
+func (l *Limiter) setInstances(n int64) {
+	cur := l.instances.Load()
+	settled := l.breaker.State() == Closed && l.o.Clock().UnixNano()-l.closedSince.Load() >= int64(3*l.o.Heartbeat)
+	if n < cur && !settled {
+		return
+	}
+	l.instances.Store(n)
 }
 
 // background heartbeats while the breaker is closed and flushes grants
@@ -95,6 +110,7 @@ func (l *Limiter) recover(ctx context.Context) error {
 	if err := l.reconcile(ctx); err != nil {
 		return err
 	}
+	_ = l.heartbeat(ctx) // be counted before anyone returns to Redis
 	l.confirming.Store(true)
 	// Grants logged between the replay above and the switch are replayed now.
 	if err := l.reconcile(ctx); err != nil {
@@ -175,7 +191,6 @@ type Status struct {
 	PendingLog int           `json:"pending_log"`
 	Reconciles uint64        `json:"reconciles"`
 	LastRecon  time.Duration `json:"last_reconcile_ns"`
-	Epoch      uint64        `json:"epoch"`
 }
 
 // Status returns the Limiter's state.
@@ -187,7 +202,6 @@ func (l *Limiter) Status() Status {
 		PendingLog: l.log.pending(),
 		Reconciles: l.reconciles.Load(),
 		LastRecon:  time.Duration(l.lastRecon.Load()),
-		Epoch:      l.epoch.Load(),
 	}
 }
 

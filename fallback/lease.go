@@ -12,13 +12,13 @@ import (
 // reported (known) and, during an outage, its lease: the local share of the
 // key's quota that it enforces alone.
 type keyState struct {
-	known known
-	epoch uint64 // the outage the lease belongs to; 0: no lease
-	from  int64  // the Redis time of the known state the lease started from
-	tb    tokenbucket.State
-	tbOK  bool
-	sw    weightedLog
-	seed  core.Seed // known state when the lease began, for reconciliation
+	known  known
+	leased bool  // a lease exists
+	last   int64 // store time of the lease's last decision
+	tb     tokenbucket.State
+	tbOK   bool
+	sw     weightedLog
+	seed   core.Seed // known state when the lease began, for reconciliation
 }
 
 // known is the key's state in the last Redis reply: for a token bucket its
@@ -52,16 +52,17 @@ func (k *keyState) observe(p core.Policy, r core.Reply) {
 func share(limit, n int64) int64 { return max(limit/n, 1) }
 
 // decideLease makes a local decision of cost units under the instance's
-// 1/n share of policy p, starting the lease from the known state when epoch
-// is new. It reports the decision as a Reply in units of the share.
-func (k *keyState) decideLease(p core.Policy, epoch uint64, n, now, cost int64) core.Reply {
-	// A lease starts from the freshest view of Redis: a new outage, or a
-	// Redis reply newer than the one the lease started from (during
-	// recovery, where every local grant is confirmed on Redis, the reply
-	// already counts the lease's grants).
-	fresh := k.epoch != epoch || k.known.at > k.from
+// 1/n share of policy p and reports it as a Reply in units of the share.
+//
+// A lease starts from the known state, and goes on (refilling as a bucket or
+// window does) until Redis reports something newer than its last decision:
+// across an outage, its recovery and even the next outage when no Redis
+// reply came in between. Restarting it from a known state older than its own
+// decisions would hand out again what it granted meanwhile.
+func (k *keyState) decideLease(p core.Policy, n, now, cost int64) core.Reply {
+	fresh := !k.leased || k.known.at > k.last
+	k.leased, k.last = true, max(k.last, now)
 	if fresh {
-		k.epoch, k.from = epoch, k.known.at
 		k.seed = core.Seed{Value: k.known.value, At: k.known.at}
 		if p.Algorithm().Name() == slidingwindow.Name {
 			k.seed.At = k.known.newest

@@ -111,17 +111,17 @@ type Limiter struct {
 	rec     *reconcile.Reconciler
 	members string
 
-	epoch      atomic.Uint64
 	instances  atomic.Int64
 	offset     atomic.Int64 // store time minus local time, microseconds
 	reconciles atomic.Uint64
 	lastRecon  atomic.Int64 // duration of the last reconciliation, ns
 
-	flushNow   chan struct{} // signalled when the breaker closes
-	confirming atomic.Bool   // recovering: log replayed, local grants replayed at once
-	reconMu    sync.Mutex
-	cancel     context.CancelFunc
-	wg         sync.WaitGroup
+	flushNow    chan struct{} // signalled when the breaker closes
+	closedSince atomic.Int64  // when the breaker last closed (or Start), UnixNano
+	confirming  atomic.Bool   // recovering: log replayed, local grants replayed at once
+	reconMu     sync.Mutex
+	cancel      context.CancelFunc
+	wg          sync.WaitGroup
 }
 
 //go:embed members.lua
@@ -143,7 +143,6 @@ func New(store core.Store, o Options) (*Limiter, error) {
 	}
 	l := &Limiter{store: store, o: o, rec: reconcile.New(o.Reconcile), flushNow: make(chan struct{}, 1)}
 	l.members = o.Prefix + "{members}"
-	l.epoch.Store(1)
 	l.instances.Store(int64(o.ExpectedInstances))
 	leases, err := memory.New(memory.Options{MaxBytes: o.LeaseBytes, Clock: l.storeNow})
 	if err != nil {
@@ -167,7 +166,7 @@ func New(store core.Store, o Options) (*Limiter, error) {
 			l.confirming.Store(false)
 		}
 		if to == Closed {
-			l.epoch.Add(1)
+			l.closedSince.Store(l.o.Clock().UnixNano())
 			select {
 			case l.flushNow <- struct{}{}:
 			default:
@@ -227,6 +226,7 @@ func (l *Limiter) storeNow() time.Time {
 // unreachable the Limiter starts in degraded mode and serves from leases.
 func (l *Limiter) Start(ctx context.Context) error {
 	ctx, l.cancel = context.WithCancel(ctx)
+	l.closedSince.Store(l.o.Clock().UnixNano())
 	if err := l.heartbeat(ctx); err != nil && errors.Is(err, core.ErrStoreUnavailable) {
 		l.breaker.Trip(err)
 	}
@@ -341,7 +341,6 @@ func (l *Limiter) local(ctx context.Context, p core.Policy, skey string, cost in
 		return core.Result{Allowed: true, Limit: p.Limit(), Remaining: p.Limit(), Mode: core.ModeFailOpen, Degraded: true}, nil
 	}
 	n := l.instances.Load()
-	epoch := l.epoch.Load()
 	var rep core.Reply
 	var seed core.Seed
 	l.leases.Update(skey, func(prev any, now int64) (any, int64) {
@@ -349,7 +348,7 @@ func (l *Limiter) local(ctx context.Context, p core.Policy, skey string, cost in
 		if ks == nil {
 			ks = &keyState{}
 		}
-		rep = ks.decideLease(p, epoch, n, now, cost)
+		rep = ks.decideLease(p, n, now, cost)
 		seed = ks.seed
 		return ks, rep.ResetAfter + int64(time.Second/time.Microsecond)
 	})

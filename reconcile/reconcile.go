@@ -97,9 +97,18 @@ func MergeKey(key string) string { return key + ":rl" }
 // It shares key's hash tag, so both live in one Redis Cluster slot.
 func MarkerKey(key, id string) string { return key + ":rb:" + id }
 
-// Reconcile applies each batch once; see core.Reconciler.
+// pipelineChunk is how many batches go in one pipeline.
+const pipelineChunk = 1000
+
+// Reconcile applies each batch once; see core.Reconciler. A store that
+// pipelines (core.Pipeliner) gets the batches in pipelines of pipelineChunk;
+// others get Concurrency calls in flight.
 func (r *Reconciler) Reconcile(ctx context.Context, store core.Store, batches []core.Batch) []error {
 	errs := make([]error, len(batches))
+	if pl, ok := store.(core.Pipeliner); ok && len(batches) > 1 {
+		r.pipelined(ctx, pl, batches, errs)
+		return errs
+	}
 	sem := make(chan struct{}, r.o.Concurrency)
 	var wg sync.WaitGroup
 	for i := range batches {
@@ -113,20 +122,50 @@ func (r *Reconciler) Reconcile(ctx context.Context, store core.Store, batches []
 	return errs
 }
 
-// apply sends one batch. A reply of "applied before" is an acknowledgement
-// too: the batch was counted by an earlier attempt.
+// pipelined sends the batches in chunks, a few chunks at a time.
+func (r *Reconciler) pipelined(ctx context.Context, pl core.Pipeliner, batches []core.Batch, errs []error) {
+	sem := make(chan struct{}, 4)
+	var wg sync.WaitGroup
+	for lo := 0; lo < len(batches); lo += pipelineChunk {
+		hi := min(lo+pipelineChunk, len(batches))
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			calls := make([]core.Call, 0, hi-lo)
+			idx := make([]int, 0, hi-lo)
+			for i := lo; i < hi; i++ {
+				c, err := r.call(&batches[i])
+				if err != nil {
+					errs[i] = err
+					continue
+				}
+				calls, idx = append(calls, c), append(idx, i)
+			}
+			cctx, cancel := context.WithTimeout(ctx, r.o.CallTimeout)
+			defer cancel()
+			for j, res := range pl.RunMany(cctx, calls) {
+				errs[idx[j]] = check(&batches[idx[j]], res.Reply, res.Err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// apply sends one batch.
 func (r *Reconciler) apply(ctx context.Context, store core.Store, b *core.Batch) error {
-	script, args, err := r.call(b)
+	c, err := r.call(b)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.o.CallTimeout)
 	defer cancel()
-	keys := []string{b.Key, MarkerKey(b.Key, b.ID)}
-	if script == TokenBucketScript {
-		keys = append(keys, MergeKey(b.Key))
-	}
-	reply, err := store.Run(ctx, script, keys, args)
+	reply, err := store.Run(ctx, c.Script, c.Keys, c.Args)
+	return check(b, reply, err)
+}
+
+// check turns a batch's reply into its acknowledgement. A reply of "applied
+// before" is an acknowledgement too: an earlier attempt counted the batch.
+func check(b *core.Batch, reply []int64, err error) error {
 	if err != nil {
 		return fmt.Errorf("reconcile batch %s: %w", b.ID, err)
 	}
@@ -136,32 +175,33 @@ func (r *Reconciler) apply(ctx context.Context, store core.Store, b *core.Batch)
 	return nil
 }
 
-// call builds the script and arguments that replay batch b.
-func (r *Reconciler) call(b *core.Batch) (*core.Script, []string, error) {
+// call builds the script call that replays batch b.
+func (r *Reconciler) call(b *core.Batch) (core.Call, error) {
 	p := b.Policy
 	if !p.Valid() {
-		return nil, nil, core.Errorf(core.ErrInvalidPolicy, "batch %s has a zero policy", b.ID)
+		return core.Call{}, core.Errorf(core.ErrInvalidPolicy, "batch %s has a zero policy", b.ID)
 	}
 	ttl := strconv.FormatInt(r.o.MarkerTTL.Milliseconds(), 10)
 	i64 := func(v int64) string { return strconv.FormatInt(v, 10) }
+	keys := []string{b.Key, MarkerKey(b.Key, b.ID)}
 	switch p.Algorithm().Name() {
 	case tokenbucket.Name:
 		args := make([]string, 0, 6+2*len(b.Grants))
 		args = append(args, i64(p.Limit()), i64(p.Interval().Microseconds()), ttl, i64(b.Seed.Value), i64(b.Seed.At),
-			strconv.FormatInt(r.o.MergeWindow.Milliseconds(), 10))
+			i64(r.o.MergeWindow.Milliseconds()))
 		for _, g := range b.Grants {
 			args = append(args, i64(g.At), i64(g.Cost))
 		}
-		return TokenBucketScript, args, nil
+		return core.Call{Script: TokenBucketScript, Keys: append(keys, MergeKey(b.Key)), Args: args}, nil
 	case slidingwindow.Name:
 		args := make([]string, 0, 5+3*len(b.Grants))
 		args = append(args, i64(p.Interval().Microseconds()), ttl, i64(b.Seed.Value), i64(b.Seed.At), "seed:"+b.ID+":")
 		for _, g := range b.Grants {
 			args = append(args, i64(g.At), i64(g.Cost), g.ID)
 		}
-		return SlidingWindowScript, args, nil
+		return core.Call{Script: SlidingWindowScript, Keys: keys, Args: args}, nil
 	}
-	return nil, nil, fmt.Errorf("%w %q (batch %s)", ErrUnknownAlgorithm, p.Algorithm().Name(), b.ID)
+	return core.Call{}, fmt.Errorf("%w %q (batch %s)", ErrUnknownAlgorithm, p.Algorithm().Name(), b.ID)
 }
 
 // MergeLog is the Go model of a recovery's merge log: the bucket as it stood

@@ -97,12 +97,9 @@ func MergeKey(key string) string { return key + ":rl" }
 // It shares key's hash tag, so both live in one Redis Cluster slot.
 func MarkerKey(key, id string) string { return key + ":rb:" + id }
 
-// pipelineChunk is how many batches go in one pipeline.
-const pipelineChunk = 1000
-
 // Reconcile applies each batch once; see core.Reconciler. A store that
-// pipelines (core.Pipeliner) gets the batches in pipelines of pipelineChunk;
-// others get Concurrency calls in flight.
+// pipelines (core.Pipeliner) gets all batches in one RunMany, which it sends
+// in pipelines of its own size; others get Concurrency calls in flight.
 func (r *Reconciler) Reconcile(ctx context.Context, store core.Store, batches []core.Batch) []error {
 	errs := make([]error, len(batches))
 	if pl, ok := store.(core.Pipeliner); ok && len(batches) > 1 {
@@ -122,33 +119,25 @@ func (r *Reconciler) Reconcile(ctx context.Context, store core.Store, batches []
 	return errs
 }
 
-// pipelined sends the batches in chunks, a few chunks at a time.
+// pipelined sends the batches through the store's pipelines. The deadline
+// grows with the number of batches: a pipeline's worth per CallTimeout.
 func (r *Reconciler) pipelined(ctx context.Context, pl core.Pipeliner, batches []core.Batch, errs []error) {
-	sem := make(chan struct{}, 4)
-	var wg sync.WaitGroup
-	for lo := 0; lo < len(batches); lo += pipelineChunk {
-		hi := min(lo+pipelineChunk, len(batches))
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			calls := make([]core.Call, 0, hi-lo)
-			idx := make([]int, 0, hi-lo)
-			for i := lo; i < hi; i++ {
-				c, err := r.call(&batches[i])
-				if err != nil {
-					errs[i] = err
-					continue
-				}
-				calls, idx = append(calls, c), append(idx, i)
-			}
-			cctx, cancel := context.WithTimeout(ctx, r.o.CallTimeout)
-			defer cancel()
-			for j, res := range pl.RunMany(cctx, calls) {
-				errs[idx[j]] = check(&batches[idx[j]], res.Reply, res.Err)
-			}
-		})
+	calls := make([]core.Call, 0, len(batches))
+	idx := make([]int, 0, len(batches))
+	for i := range batches {
+		c, err := r.call(&batches[i])
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		calls, idx = append(calls, c), append(idx, i)
 	}
-	wg.Wait()
+	timeout := r.o.CallTimeout * time.Duration(1+len(calls)/10_000)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for j, res := range pl.RunMany(ctx, calls) {
+		errs[idx[j]] = check(&batches[idx[j]], res.Reply, res.Err)
+	}
 }
 
 // apply sends one batch.

@@ -38,13 +38,18 @@ func New(c rueidis.Client) *Store {
 // pipelining a call abandoned at its deadline stays queued on the connection
 // and may still run when a stalled server wakes up.
 func (s *Store) Run(ctx context.Context, sc *core.Script, keys, args []string) ([]int64, error) {
-	res := s.script(sc).Exec(ctx, s.c, keys, args)
+	return parse(sc.Name(), s.script(sc).Exec(ctx, s.c, keys, args))
+}
+
+// parse maps the result of running script name: its error, or its reply,
+// which must be an array of integers.
+func parse(name string, res rueidis.RedisResult) ([]int64, error) {
 	if err := res.Error(); err != nil {
-		return nil, classify(sc.Name(), err)
+		return nil, classify(name, err)
 	}
 	arr, err := res.ToArray()
 	if err != nil {
-		return nil, core.Errorf(core.ErrMalformedReply, "script %s: want an array of integers: %v", sc.Name(), err)
+		return nil, core.Errorf(core.ErrMalformedReply, "script %s: want an array of integers: %v", name, err)
 	}
 	out := make([]int64, len(arr))
 	for i := range arr {
@@ -52,7 +57,7 @@ func (s *Store) Run(ctx context.Context, sc *core.Script, keys, args []string) (
 		// would also parse numeric strings.
 		n, err := arr[i].ToInt64()
 		if err != nil {
-			return nil, core.Errorf(core.ErrMalformedReply, "script %s: element %d: %v", sc.Name(), i, err)
+			return nil, core.Errorf(core.ErrMalformedReply, "script %s: element %d: %v", name, i, err)
 		}
 		out[i] = n
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/holdfast/holdfast/algorithms/slidingwindow"
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	"github.com/holdfast/holdfast/backend/goredis"
+	hfrueidis "github.com/holdfast/holdfast/backend/rueidis"
 	"github.com/holdfast/holdfast/core"
 	"github.com/holdfast/holdfast/internal/redistest"
 	"github.com/holdfast/holdfast/reconcile"
@@ -196,10 +197,27 @@ func TestSlidingWindowReplay(t *testing.T) {
 }
 
 // BenchmarkReconcile replays the outage logs of 1k, 10k and 100k token
-// bucket keys (three grants each) into one Redis.
+// bucket keys (three grants each) into one Redis, through each backend's
+// pipelines.
 func BenchmarkReconcile(b *testing.B) {
+	for _, backend := range []string{"goredis", "rueidis"} {
+		b.Run(backend, func(b *testing.B) { benchReconcile(b, backend) })
+	}
+}
+
+func benchReconcile(b *testing.B, backend string) {
 	srv := redistest.Start(b)
-	store := newStore(b, srv)
+	var store core.Store
+	if backend == "goredis" {
+		store = newStore(b, srv)
+	} else {
+		c, err := hfrueidis.NewClient(srv.URL(), hfrueidis.ClientOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(c.Close)
+		store = hfrueidis.New(c)
+	}
 	p, _ := tokenbucket.Policy("tb", 100, 10)
 	for _, n := range []int{1_000, 10_000, 100_000} {
 		b.Run(fmt.Sprint(n, "_keys"), func(b *testing.B) {

@@ -1,0 +1,57 @@
+package fallback_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+
+	"github.com/holdfast/holdfast/algorithms/tokenbucket"
+	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/fallback"
+)
+
+// downStore is a Redis that is down.
+type downStore struct{}
+
+func (downStore) Run(context.Context, *core.Script, []string, []string) ([]int64, error) {
+	return nil, core.ErrStoreUnavailable
+}
+
+// BenchmarkLocalDecision measures a decision while the breaker is open: the
+// lease, the outage log and the bookkeeping around them, one hot key and
+// 100k keys.
+func BenchmarkLocalDecision(b *testing.B) {
+	l, err := fallback.New(downStore{}, fallback.Options{
+		ID: "bench", ExpectedInstances: 4,
+		Breaker: fallback.BreakerOptions{Start: fallback.Open},
+		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	p, _ := tokenbucket.Policy("bench", 1_000_000, 1_000_000)
+	keys := make([]string, 100_000)
+	for i := range keys {
+		keys[i] = fmt.Sprint("k", i)
+	}
+	for _, bc := range []struct {
+		name string
+		keys []string
+	}{{"hot_key", keys[:1]}, {"100k_keys", keys}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			ctx := context.Background()
+			i := 0
+			for b.Loop() {
+				r, err := l.Allow(ctx, p, bc.keys[i%len(bc.keys)])
+				if err != nil || !r.Degraded {
+					b.Fatalf("%+v %v", r, err)
+				}
+				i++
+			}
+		})
+	}
+}

@@ -182,6 +182,11 @@ func TestOutage(t *testing.T) {
 			srv := redistest.Start(t, opts...)
 			in := startInstances(t, tc.backend, srv.URL(), 4, "")
 			time.Sleep(300 * time.Millisecond) // every instance has heartbeated: N = 4
+			for i, l := range in.lims {
+				if n := l.Status().Instances; n != 4 {
+					t.Fatalf("instance %d counts %d live instances, want 4", i, n)
+				}
+			}
 
 			const normal, outage, after = 1500 * time.Millisecond, 3 * time.Second, 3 * time.Second
 			ctx, cancel := context.WithTimeout(context.Background(), normal+outage+after)
@@ -438,5 +443,53 @@ func TestStartWhileRedisDown(t *testing.T) {
 	}
 	if got != 6 {
 		t.Fatalf("Redis admitted %d after joining, want 6 (the 2 local grants were folded in)", got)
+	}
+}
+
+// TestOutageModes: during an outage a fail_closed policy denies everything,
+// a fail_open one admits everything and its usage is still folded back, so
+// the key owes it afterwards.
+func TestOutageModes(t *testing.T) {
+	t.Parallel()
+	closed, _ := tokenbucket.Policy("login", 5, 0.001)
+	open, _ := tokenbucket.Policy("search", 5, 0.001)
+	srv := redistest.Start(t, redistest.WithAOF())
+	l, err := fallback.New(newStore(t, "goredis", srv.URL()), fallback.Options{
+		ID: "modes", Heartbeat: 200 * time.Millisecond,
+		Breaker:     fallback.BreakerOptions{CallTimeout: callTimeout, ProbeInterval: 200 * time.Millisecond},
+		OutageModes: map[string]fallback.OutageMode{"login": fallback.FailClosed, "search": fallback.FailOpen},
+		Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	srv.Kill()
+	for i := range 8 {
+		if r, err := l.Allow(ctx, closed, "u"); err != nil || r.Allowed || r.Mode != core.ModeFailClosed || !r.Degraded {
+			t.Fatalf("fail_closed request %d: %+v, %v", i, r, err)
+		}
+		if r, err := l.Allow(ctx, open, "u"); err != nil || !r.Allowed || r.Mode != core.ModeFailOpen || !r.Degraded {
+			t.Fatalf("fail_open request %d: %+v, %v", i, r, err)
+		}
+	}
+	srv.Restart(t)
+	deadline := time.Now().Add(10 * time.Second)
+	for st := l.Status(); st.Breaker != "closed" || st.PendingLog > 0; st = l.Status() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not recovered: %+v", st)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// 8 admitted against a capacity of 5: the key is in debt, nothing left.
+	if r, err := l.Allow(ctx, open, "u"); err != nil || r.Allowed || r.Mode != core.ModeRedis {
+		t.Fatalf("after fail_open usage was folded back: %+v, %v; want a Redis denial", r, err)
+	}
+	if r, err := l.Allow(ctx, closed, "u"); err != nil || !r.Allowed || r.Mode != core.ModeRedis {
+		t.Fatalf("fail_closed key after recovery: %+v, %v; want its full quota", r, err)
 	}
 }

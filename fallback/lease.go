@@ -19,6 +19,7 @@ type keyState struct {
 	tbOK   bool
 	sw     weightedLog
 	seed   core.Seed // known state when the lease began, for reconciliation
+	deny   denial    // the last Redis denial, answered from memory until its retry time
 }
 
 // known is the key's state in the last Redis reply: for a token bucket its

@@ -94,6 +94,10 @@ type Options struct {
 	Reconcile reconcile.Options
 	// Clock is the local time source. nil means time.Now.
 	Clock func() time.Time
+	// NoDenialMemory turns off answering repeats of a Redis denial from
+	// memory until its retry time (on by default: a client hammering past
+	// its limit then costs no Redis round trip).
+	NoDenialMemory bool
 	// Logger receives breaker transitions and reconciliations. nil means
 	// slog.Default().
 	Logger *slog.Logger
@@ -265,11 +269,17 @@ func (l *Limiter) AllowN(ctx context.Context, p core.Policy, key string, cost in
 		return core.Result{}, err
 	}
 	skey := core.StorageKey(l.o.Prefix, p.Name(), key)
+	gen, closed := l.breaker.Allow()
+	if closed && !l.o.NoDenialMemory {
+		if r, ok := l.recalled(skey, p, cost); ok {
+			return r, nil
+		}
+	}
 	var id string
 	if p.Algorithm().NeedsID() {
 		id = uuid.NewString()
 	}
-	if gen, ok := l.breaker.Allow(); ok {
+	if closed {
 		r, err := l.remote(ctx, gen, p, skey, cost, id)
 		if err == nil || !errors.Is(err, core.ErrStoreUnavailable) {
 			return r, err
@@ -307,12 +317,13 @@ func (l *Limiter) remote(ctx context.Context, gen uint64, p core.Policy, skey st
 	if err != nil {
 		return core.Result{}, err
 	}
-	l.observe(skey, p, rep)
+	l.observe(skey, p, cost, start, rep)
 	return result(p.Limit(), rep, core.ModeRedis, false), nil
 }
 
-// observe records a Redis reply: the clock offset and the key's known state.
-func (l *Limiter) observe(skey string, p core.Policy, rep core.Reply) {
+// observe records the Redis reply to a request of cost sent at sent: the
+// clock offset, the key's known state and, for a denial, the denial.
+func (l *Limiter) observe(skey string, p core.Policy, cost int64, sent time.Time, rep core.Reply) {
 	l.offset.Store(rep.Now - l.o.Clock().UnixMicro())
 	l.leases.Update(skey, func(prev any, _ int64) (any, int64) {
 		ks, _ := prev.(*keyState)
@@ -320,6 +331,7 @@ func (l *Limiter) observe(skey string, p core.Policy, rep core.Reply) {
 			ks = &keyState{}
 		}
 		ks.observe(p, rep)
+		ks.remember(p, cost, sent, rep)
 		return ks, rep.ResetAfter + int64(time.Second/time.Microsecond)
 	})
 }

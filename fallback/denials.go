@@ -1,0 +1,65 @@
+package fallback
+
+import (
+	"time"
+
+	"github.com/holdfast/holdfast/core"
+)
+
+// denial is a Redis denial remembered for its key: while no instance can add
+// quota (instances only spend it), the key stays denied for this cost or any
+// higher one until the retry time Redis gave. The retry time is counted from
+// when the call was sent, which is no later than when Redis decided, so the
+// memory never outlives the denial Redis would give.
+type denial struct {
+	limit    int64
+	interval time.Duration
+	cost     int64
+	until    int64 // local clock, UnixNano
+	reset    int64 // local clock, UnixNano: when the key is full again
+	left     int64 // Remaining in the denial
+}
+
+// remember records a denial sent at sent (local clock).
+func (k *keyState) remember(p core.Policy, cost int64, sent time.Time, r core.Reply) {
+	if r.Allowed {
+		k.deny = denial{}
+		return
+	}
+	k.deny = denial{
+		limit: p.Limit(), interval: p.Interval(), cost: cost,
+		until: sent.UnixNano() + r.RetryAfter*int64(time.Microsecond),
+		reset: sent.UnixNano() + r.ResetAfter*int64(time.Microsecond),
+		left:  r.Remaining,
+	}
+}
+
+// recall answers a request from a remembered denial, if one covers it.
+func (k *keyState) recall(p core.Policy, cost int64, now time.Time) (core.Result, bool) {
+	d := k.deny
+	t := now.UnixNano()
+	if d.until <= t || cost < d.cost || d.limit != p.Limit() || d.interval != p.Interval() {
+		return core.Result{}, false
+	}
+	return core.Result{
+		Limit:      p.Limit(),
+		Remaining:  d.left,
+		RetryAfter: time.Duration(d.until - t),
+		ResetAfter: time.Duration(max(d.reset-t, 0)),
+		Mode:       core.ModeRedis,
+	}, true
+}
+
+// recalled looks up a remembered denial of key skey for this request.
+func (l *Limiter) recalled(skey string, p core.Policy, cost int64) (core.Result, bool) {
+	var r core.Result
+	var ok bool
+	now := l.o.Clock()
+	l.leases.Update(skey, func(prev any, _ int64) (any, int64) {
+		if ks, _ := prev.(*keyState); ks != nil {
+			r, ok = ks.recall(p, cost, now)
+		}
+		return prev, -1
+	})
+	return r, ok
+}

@@ -3,7 +3,7 @@ export PATH := $(PATH):/usr/sbin
 GO ?= go
 PKGS := ./...
 
-.PHONY: all deps test test-short bench lint demo fuzz
+.PHONY: all deps test bench lint demo reliability
 
 all: lint test
 
@@ -25,3 +25,7 @@ lint:
 
 demo: deps
 	$(GO) run ./cmd/demo
+
+# docs/RELIABILITY.md: the fault tests, with their table written out.
+reliability: deps
+	HOLDFAST_RELIABILITY_OUT=$(CURDIR)/docs/RELIABILITY.md $(GO) test -count=1 -run 'TestOutage$$|TestBlackHole|TestFlapping|TestGentle' ./fallback

@@ -1,0 +1,65 @@
+package fallback_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/holdfast/holdfast/algorithms/slidingwindow"
+	"github.com/holdfast/holdfast/algorithms/tokenbucket"
+	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/internal/redistest"
+)
+
+// ACL is the Redis ACL rule holdfast needs with the default key prefix
+// "hf:": its keys only, and the commands its scripts, probes and pipelines
+// run (the README quotes it).
+const ACL = "on >s3cret resetkeys ~hf:* resetchannels -@all " +
+	"+hello +auth +ping +eval +evalsha +script|load " +
+	"+time +hmget +hset +pexpire +zremrangebyscore +zcard +zrange +zadd +set +get +exists +lrange +rpush"
+
+// TestACLUser runs the whole fallback path — decisions, membership, an
+// outage, replay, the recovery barrier — as a Redis user allowed only the
+// holdfast prefix and the commands above, on both backends; the same user
+// cannot read a key outside the prefix.
+func TestACLUser(t *testing.T) {
+	t.Parallel()
+	for _, backend := range []string{"goredis", "rueidis"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t, redistest.WithAOF(), redistest.WithArgs(append([]string{"--user", "holdfast"}, strings.Fields(ACL)...)...))
+			url := "redis://holdfast:s3cret@" + srv.Addr() + "/0"
+			in := startInstances(t, backend, url, 2, "")
+			tb, _ := tokenbucket.Policy("tb", 4, 0.001)
+			sw, _ := slidingwindow.Policy("sw", 4, time.Minute)
+			ctx := context.Background()
+			for _, p := range []core.Policy{tb, sw} {
+				for i := range 6 {
+					r, err := in.lims[i%2].Allow(ctx, p, "acl")
+					if err != nil {
+						t.Fatalf("%s request %d: %v", p.Name(), i, err)
+					}
+					if r.Mode != core.ModeRedis || r.Allowed != (i < 4) {
+						t.Fatalf("%s request %d: %+v", p.Name(), i, r)
+					}
+				}
+			}
+			srv.Kill()
+			for i := range 10 {
+				if _, err := in.lims[i%2].Allow(ctx, tb, "acl-outage"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			srv.Restart(t)
+			in.checkRecovered(t)
+			// The user's reach ends at the prefix.
+			store := newStore(t, backend, url)
+			_, err := store.Run(ctx, core.NewScript("peek", "return redis.call('GET', KEYS[1])", nil), []string{"other:key"}, nil)
+			if err == nil || errors.Is(err, core.ErrStoreUnavailable) || !strings.Contains(strings.ToLower(err.Error()), "perm") {
+				t.Fatalf("reading outside the prefix: %v, want a NOPERM error", err)
+			}
+		})
+	}
+}

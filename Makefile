@@ -3,7 +3,7 @@ export PATH := $(PATH):/usr/sbin
 GO ?= go
 PKGS := ./...
 
-.PHONY: all deps test bench lint demo reliability
+.PHONY: all deps test bench lint demo demo-docs reliability
 
 all: lint test
 
@@ -15,6 +15,12 @@ deps:
 test: deps
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+	FUZZTIME=$(FUZZTIME) bash scripts/fuzz.sh
+
+# Every fuzz target for a longer budget (make test gives each 10s).
+FUZZTIME ?= 10s
+fuzz:
+	FUZZTIME=2m bash scripts/fuzz.sh
 
 bench: deps
 	$(GO) test -run '^$$' -bench BenchmarkAllow -benchmem -cpu 1,2 -count 3 ./backend/...
@@ -23,8 +29,25 @@ lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 
+# The demo: redis-server, 4 `holdfast-demo serve` instances and nginx on
+# loopback ports; load, a Redis kill and restart; the table, the invariants
+# and a report (its path is printed last). DEMO_ARGS passes cluster flags,
+# e.g. make demo DEMO_ARGS='--outage 20s --backend rueidis --out /tmp/report'.
+DEMO_BIN := $(CURDIR)/bin/holdfast-demo
+DEMO_ARGS ?=
+
 demo: deps
-	$(GO) run ./cmd/demo
+	$(GO) build -o $(DEMO_BIN) ./cmd/demo
+	$(DEMO_BIN) cluster $(DEMO_ARGS)
+
+# The README's chart and table, from a real run with the default flags.
+demo-docs: deps
+	$(GO) build -o $(DEMO_BIN) ./cmd/demo
+	rm -rf $(CURDIR)/bin/demo-report
+	$(DEMO_BIN) cluster --out $(CURDIR)/bin/demo-report $(DEMO_ARGS)
+	cp $(CURDIR)/bin/demo-report/report.svg docs/demo-report.svg
+	cp $(CURDIR)/bin/demo-report/table.md docs/demo-table.md
+	@echo "updated docs/demo-report.svg and docs/demo-table.md (paste the table into README.md)"
 
 # docs/RELIABILITY.md: the fault tests, with their table written out.
 reliability: deps

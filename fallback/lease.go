@@ -2,6 +2,7 @@ package fallback
 
 import (
 	"sort"
+	"unsafe"
 
 	"github.com/holdfast/holdfast/algorithms/slidingwindow"
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
@@ -32,7 +33,9 @@ type known struct {
 }
 
 // Size is the key's approximate size in bytes, for the lease store's bound.
-func (k *keyState) Size() int64 { return 96 + 16*int64(cap(k.sw.at)) }
+func (k *keyState) Size() int64 {
+	return int64(unsafe.Sizeof(*k)) + 16*int64(cap(k.sw.at))
+}
 
 // observe records a Redis reply for policy p.
 func (k *keyState) observe(p core.Policy, r core.Reply) {

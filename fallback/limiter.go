@@ -81,10 +81,12 @@ type Options struct {
 	Heartbeat time.Duration
 	// OutageModes maps policy names to their outage mode; absent means Leases.
 	OutageModes map[string]OutageMode
-	// MaxLogGrants bounds the outage log (about 100 bytes a grant). 0 means
-	// 1<<20. See ErrLogFull for what happens at the bound.
+	// MaxLogGrants bounds the outage log: about 250 bytes for a key's first
+	// grant and 40 for each further one (TestKeyFlood). 0 means 1<<20. See
+	// ErrLogFull for what happens at the bound.
 	MaxLogGrants int
-	// LeaseBytes bounds the memory of known states and leases. 0 means 64 MiB;
+	// LeaseBytes bounds the memory of known states and leases, by their
+	// estimated size (the heap holds up to about 1.5× that). 0 means 64 MiB;
 	// a forgotten key gets a fresh share (policy/N) in an outage.
 	LeaseBytes int64
 	// StateDir, when set, is where Close writes an unreconciled outage log

@@ -34,6 +34,10 @@ type outageLog struct {
 	sealed []*core.Batch
 	grants int
 	max    int
+	// lastCompact is the store time of the last compaction that freed
+	// nothing: at the bound, compaction is tried again only a second later,
+	// so a flood of new keys costs one pass a second, not one per request.
+	lastCompact int64
 }
 
 func newOutageLog(prefix string, max int) *outageLog {
@@ -46,8 +50,12 @@ func (g *outageLog) add(key string, p core.Policy, seed core.Seed, gr core.Grant
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.grants >= g.max {
+		if gr.At-g.lastCompact < 1_000_000 {
+			return ErrLogFull
+		}
 		g.compactLocked(gr.At)
 		if g.grants >= g.max {
+			g.lastCompact = gr.At
 			return ErrLogFull
 		}
 	}

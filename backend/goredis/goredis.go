@@ -7,13 +7,12 @@ package goredis
 import (
 	"context"
 	"errors"
-	"fmt"
-	"strings"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/internal/pipeline"
 )
 
 // Store is a core.Store that runs scripts with EVALSHA, falling back to EVAL
@@ -24,7 +23,11 @@ type Store struct {
 	scripts sync.Map // *core.Script -> *redis.Script
 }
 
-var _ core.Store = (*Store)(nil)
+var (
+	_ core.Store     = (*Store)(nil)
+	_ core.Pinger    = (*Store)(nil)
+	_ core.Pipeliner = (*Store)(nil)
+)
 
 // New returns a Store on c. For the deadlines core.Store callers rely on, build
 // c with NewClient or with the same options.
@@ -83,33 +86,24 @@ func parse(name string, v any) ([]int64, error) {
 	return out, nil
 }
 
-// unavailablePrefixes are Redis error replies that mean the server cannot
-// serve now (loading its data set, busy in a script, failing over), not that
-// the request is wrong.
-var unavailablePrefixes = []string{
-	"LOADING", "BUSY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY",
-	"NOREPLICAS", "ERR max number of clients reached",
+// replyErrors maps go-redis errors onto core's errors.
+var replyErrors = pipeline.Errors{
+	Prefix: "goredis",
+	IsNil:  func(err error) bool { return errors.Is(err, redis.Nil) },
+	Reply: func(err error) (string, bool) {
+		var rerr redis.Error
+		if !errors.As(err, &rerr) {
+			return "", false
+		}
+		return rerr.Error(), true
+	},
+	Unavailable: []string{
+		"LOADING", "BUSY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY",
+		"NOREPLICAS", "ERR max number of clients reached",
+	},
 }
 
 // classify maps a go-redis error onto core's errors, keeping the cause. Any
 // error that is not a Redis error reply (network, timeout, context, pool,
 // closed client) means the store is unavailable.
-func classify(name string, err error) error {
-	if errors.Is(err, redis.Nil) {
-		return core.Errorf(core.ErrMalformedReply, "script %s: nil reply, want an array of integers", name)
-	}
-	var rerr redis.Error
-	if !errors.As(err, &rerr) {
-		return fmt.Errorf("%w: %s: %w", core.ErrStoreUnavailable, name, err)
-	}
-	msg := rerr.Error()
-	if strings.Contains(msg, "WRONGTYPE") {
-		return fmt.Errorf("%w: %s: %w", core.ErrWrongType, name, err)
-	}
-	for _, p := range unavailablePrefixes {
-		if strings.HasPrefix(msg, p) {
-			return fmt.Errorf("%w: %s: %w", core.ErrStoreUnavailable, name, err)
-		}
-	}
-	return fmt.Errorf("goredis: %s: %w", name, err)
-}
+func classify(name string, err error) error { return replyErrors.Classify(name, err) }

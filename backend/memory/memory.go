@@ -33,7 +33,7 @@ const DefaultMaxBytes = 64 << 20
 
 // entryOverhead estimates what a key costs besides its name and state: the
 // entry, ristretto's item and its frequency counters.
-const entryOverhead = 96
+const entryOverhead = 200
 
 const stripes = 256
 

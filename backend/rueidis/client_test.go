@@ -7,6 +7,7 @@ import (
 
 	hfrueidis "github.com/holdfast/holdfast/backend/rueidis"
 	"github.com/holdfast/holdfast/internal/redistest"
+	"github.com/holdfast/holdfast/storetest"
 )
 
 // closedAddr returns a loopback address nothing listens on.
@@ -32,8 +33,8 @@ func TestNewClientWhileDown(t *testing.T) {
 			t.Fatalf("%s: %v; a single-node client must not need Redis up", url, err)
 		}
 		c.Close()
-		if took > stallBound {
-			t.Fatalf("%s: NewClient took %v, bound %v", url, took, stallBound)
+		if took > storetest.StallBound {
+			t.Fatalf("%s: NewClient took %v, bound %v", url, took, storetest.StallBound)
 		}
 		t.Logf("%s: NewClient returned after %v", url, took)
 	}
@@ -50,8 +51,8 @@ func TestNewClientClusterWhileDown(t *testing.T) {
 		c.Close()
 		t.Fatalf("%s: cluster client without a reachable seed: no error", url)
 	}
-	if took > stallBound {
-		t.Fatalf("%s: NewClient took %v, bound %v", url, took, stallBound)
+	if took > storetest.StallBound {
+		t.Fatalf("%s: NewClient took %v, bound %v", url, took, storetest.StallBound)
 	}
 	t.Logf("%s: %v after %v", url, err, took)
 }

@@ -6,13 +6,12 @@ package rueidis
 
 import (
 	"context"
-	"fmt"
-	"strings"
 	"sync"
 
 	"github.com/redis/rueidis"
 
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/internal/pipeline"
 )
 
 // Store is a core.Store that runs scripts with EVALSHA, falling back to EVAL
@@ -23,7 +22,11 @@ type Store struct {
 	scripts sync.Map // *core.Script -> *rueidis.Lua
 }
 
-var _ core.Store = (*Store)(nil)
+var (
+	_ core.Store     = (*Store)(nil)
+	_ core.Pinger    = (*Store)(nil)
+	_ core.Pipeliner = (*Store)(nil)
+)
 
 // New returns a Store on c. For the deadlines core.Store callers rely on, build
 // c with NewClient or with the same options.
@@ -82,33 +85,25 @@ func (s *Store) script(sc *core.Script) *rueidis.Lua {
 	return v.(*rueidis.Lua)
 }
 
-// unavailablePrefixes are Redis error replies that mean the server cannot
-// serve now (loading its data set, busy in a script, failing over), not that
-// the request is wrong. rueidis strips a leading "ERR ".
-var unavailablePrefixes = []string{
-	"LOADING", "BUSY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY",
-	"NOREPLICAS", "max number of clients reached",
+// replyErrors maps rueidis errors onto core's errors.
+var replyErrors = pipeline.Errors{
+	Prefix: "rueidis",
+	IsNil:  rueidis.IsRedisNil,
+	Reply: func(err error) (string, bool) {
+		rerr, ok := rueidis.IsRedisErr(err)
+		if !ok {
+			return "", false
+		}
+		return rerr.Error(), true
+	},
+	// rueidis strips a leading "ERR ".
+	Unavailable: []string{
+		"LOADING", "BUSY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY",
+		"NOREPLICAS", "max number of clients reached",
+	},
 }
 
 // classify maps a rueidis error onto core's errors, keeping the cause. Any
 // error that is not a Redis error reply (network, deadline, context, closed
 // client) means the store is unavailable.
-func classify(name string, err error) error {
-	if rueidis.IsRedisNil(err) {
-		return core.Errorf(core.ErrMalformedReply, "script %s: nil reply, want an array of integers", name)
-	}
-	rerr, ok := rueidis.IsRedisErr(err)
-	if !ok {
-		return fmt.Errorf("%w: %s: %w", core.ErrStoreUnavailable, name, err)
-	}
-	msg := rerr.Error()
-	if strings.Contains(msg, "WRONGTYPE") {
-		return fmt.Errorf("%w: %s: %w", core.ErrWrongType, name, err)
-	}
-	for _, p := range unavailablePrefixes {
-		if strings.HasPrefix(msg, p) {
-			return fmt.Errorf("%w: %s: %w", core.ErrStoreUnavailable, name, err)
-		}
-	}
-	return fmt.Errorf("rueidis: %s: %w", name, err)
-}
+func classify(name string, err error) error { return replyErrors.Classify(name, err) }

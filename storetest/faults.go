@@ -1,4 +1,4 @@
-package goredis_test
+package storetest
 
 import (
 	"context"
@@ -7,19 +7,27 @@ import (
 	"testing"
 	"time"
 
-	"github.com/holdfast/holdfast/backend/goredis"
 	"github.com/holdfast/holdfast/core"
 	"github.com/holdfast/holdfast/internal/redistest"
 )
 
-// stallBound is the longest a call with a 50 ms deadline may take against a
-// dead or black-holed Redis. It is a correctness bound on a stall, far above
-// the deadline so that a loaded machine does not fail it.
-const stallBound = 500 * time.Millisecond
+// runFaults runs a Redis backend's store against servers that die,
+// restart, stall or were never there: every call fails with
+// core.ErrStoreUnavailable within StallBound, and the store serves again
+// once the server is back. The faults of Run, then those of RunMany, each
+// run in parallel with their siblings.
+func runFaults(t *testing.T, h RedisHarness) {
+	t.Run("run", func(t *testing.T) { runServerFaults(t, h) })
+	t.Run("run_many", func(t *testing.T) { runManyFaults(t, h) })
+	runParallel(t, h, []redisTest{
+		{"unreachable", testUnreachable},
+		{"canceled", testCanceled},
+	})
+}
 
 // run runs scriptInts with deadline d (none if 0) and reports how long it
 // took.
-func run(s *goredis.Store, d time.Duration) (time.Duration, error) {
+func run(s core.Store, d time.Duration) (time.Duration, error) {
 	ctx := context.Background()
 	if d > 0 {
 		var cancel context.CancelFunc
@@ -32,55 +40,62 @@ func run(s *goredis.Store, d time.Duration) (time.Duration, error) {
 }
 
 // wantUnavailable runs n calls that must each fail with ErrStoreUnavailable
-// within stallBound.
-func wantUnavailable(t *testing.T, s *goredis.Store, what string, d time.Duration, n int) {
+// within StallBound.
+func wantUnavailable(t *testing.T, s core.Store, what string, d time.Duration, n int) {
 	t.Helper()
 	for i := range n {
 		took, err := run(s, d)
 		if !errors.Is(err, core.ErrStoreUnavailable) {
 			t.Fatalf("%s, call %d: error %v, want ErrStoreUnavailable", what, i, err)
 		}
-		if took > stallBound {
-			t.Fatalf("%s, call %d: took %v, bound %v", what, i, took, stallBound)
+		if took > StallBound {
+			t.Fatalf("%s, call %d: took %v, bound %v", what, i, took, StallBound)
 		}
 		t.Logf("%s, call %d: %v after %v", what, i, err, took)
 	}
 }
 
 // wantOK runs one call that must succeed.
-func wantOK(t *testing.T, s *goredis.Store, what string) {
+func wantOK(t *testing.T, s core.Store, what string) {
 	t.Helper()
 	if _, err := run(s, 5*time.Second); err != nil {
 		t.Fatalf("%s: %v", what, err)
 	}
 }
 
-func TestFaults(t *testing.T) {
+// runServerFaults injects each fault into a server of its own under a
+// store with the default client options, or o.
+func runServerFaults(t *testing.T, h RedisHarness) {
 	for _, tc := range []struct {
 		name  string
-		fault func(t *testing.T, srv *redistest.Server, s *goredis.Store)
+		o     StoreOptions
+		fault func(t *testing.T, srv *redistest.Server, s core.Store)
 	}{
-		{"killed_then_restarted", func(t *testing.T, srv *redistest.Server, s *goredis.Store) {
+		{"killed_then_restarted", StoreOptions{}, func(t *testing.T, srv *redistest.Server, s core.Store) {
 			srv.Kill()
 			wantUnavailable(t, s, "killed", 50*time.Millisecond, 3)
 			srv.Restart(t)
 			wantOK(t, s, "first call after restart")
 		}},
-		{"restarted_under_idle_connection", func(t *testing.T, srv *redistest.Server, s *goredis.Store) {
-			// The pool's idle connection is dead; go-redis checks idle
-			// connections before use, so no call sees the broken one.
+		{"restarted_under_idle_connection", StoreOptions{}, func(t *testing.T, srv *redistest.Server, s core.Store) {
+			// The idle connection is dead; the client must find out
+			// before a call uses it (go-redis checks idle connections
+			// before use; with AlwaysPipelining, rueidis's reader
+			// goroutine sees the server close each connection).
 			srv.Kill()
 			srv.Restart(t)
 			wantOK(t, s, "first call after restart")
 		}},
-		{"paused_with_deadline", func(t *testing.T, srv *redistest.Server, s *goredis.Store) {
+		{"paused_with_deadline", StoreOptions{}, func(t *testing.T, srv *redistest.Server, s core.Store) {
 			srv.Pause()
 			wantUnavailable(t, s, "paused", 50*time.Millisecond, 3)
 			srv.Resume()
 			wantOK(t, s, "first call after resume")
 		}},
-		{"paused_without_deadline", func(t *testing.T, srv *redistest.Server, s *goredis.Store) {
-			// The client's own ReadTimeout bounds a call without a deadline.
+		// Without a deadline only the client's own timeouts bound a call:
+		// go-redis's ReadTimeout; for rueidis, the health PING that closes
+		// the stalled connection, 2 × KeepAlive + ConnWriteTimeout at most.
+		{"paused_without_deadline", StoreOptions{StallTimeout: 250 * time.Millisecond}, func(t *testing.T, srv *redistest.Server, s core.Store) {
 			srv.Pause()
 			wantUnavailable(t, s, "paused", 0, 2)
 			srv.Resume()
@@ -90,31 +105,29 @@ func TestFaults(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.Start(t)
-			s := newStore(t, srv.URL(), goredis.ClientOptions{})
+			s := h.NewStore(t, srv.URL(), tc.o)
 			wantOK(t, s, "healthy")
 			tc.fault(t, srv, s)
 		})
 	}
 }
 
-func TestUnreachable(t *testing.T) {
-	t.Parallel()
+func testUnreachable(t *testing.T, h RedisHarness) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := l.Addr().String()
 	l.Close()
-	s := newStore(t, "redis://"+addr, goredis.ClientOptions{})
+	s := h.NewStore(t, "redis://"+addr, StoreOptions{})
 	wantUnavailable(t, s, "nothing listening", 50*time.Millisecond, 2)
 	if err := s.Ping(context.Background()); !errors.Is(err, core.ErrStoreUnavailable) {
 		t.Fatalf("Ping: %v, want ErrStoreUnavailable", err)
 	}
 }
 
-func TestCanceled(t *testing.T) {
-	t.Parallel()
-	s := newStore(t, redistest.Start(t).URL(), relaxed)
+func testCanceled(t *testing.T, h RedisHarness) {
+	s := h.NewStore(t, redistest.Start(t).URL(), relaxed)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err := s.Run(ctx, scriptInts, nil, []string{"1"})

@@ -1,0 +1,70 @@
+package fallback_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime"
+	"testing"
+
+	"github.com/holdfast/holdfast/algorithms/tokenbucket"
+	"github.com/holdfast/holdfast/fallback"
+)
+
+// TestKeyFlood: 1M distinct keys arrive during an outage, spread over 4
+// instances. Each instance's leases and outage log stay within their
+// bounds: the log holds at most MaxLogGrants grants, and the heap grows by
+// about what the bounds allow; requests past the log bound are denied,
+// never admitted unlogged; nothing panics.
+func TestKeyFlood(t *testing.T) {
+	const instances, perInstance = 4, 250_000
+	const maxLog = 100_000
+	p, _ := tokenbucket.Policy("flood", 10, 1)
+	ctx := context.Background()
+	for i := range instances {
+		runtime.GC()
+		var before runtime.MemStats
+		runtime.ReadMemStats(&before)
+		l, err := fallback.New(downStore{}, fallback.Options{
+			ID: fmt.Sprint("flood", i), ExpectedInstances: instances, MaxLogGrants: maxLog, LeaseBytes: 32 << 20,
+			Breaker: fallback.BreakerOptions{Start: fallback.Open},
+			Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		admitted, denied := 0, 0
+		for k := range perInstance {
+			r, err := l.Allow(ctx, p, fmt.Sprintf("client-%d-%d", i, k))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Allowed {
+				admitted++
+			} else {
+				denied++
+			}
+		}
+		runtime.GC()
+		var after runtime.MemStats
+		runtime.ReadMemStats(&after)
+		grown := int64(after.HeapInuse) - int64(before.HeapInuse)
+		st := l.Status()
+		t.Logf("instance %d: %d keys, admitted %d, denied %d, outage log %d grants, heap +%d MiB",
+			i, perInstance, admitted, denied, st.PendingLog, grown>>20)
+		if st.PendingLog > maxLog || admitted != st.PendingLog {
+			t.Fatalf("log holds %d grants for %d admitted, bound %d: every admitted grant must be logged, within the bound", st.PendingLog, admitted, maxLog)
+		}
+		if admitted != maxLog || denied != perInstance-maxLog {
+			t.Fatalf("admitted %d, denied %d: want the first %d keys admitted and the rest denied at the bound", admitted, denied, maxLog)
+		}
+		// 32 MiB of leases by their estimated size (the heap holds up to
+		// about 1.5× that, with ristretto's counters and GC slack) plus
+		// 100k logged grants of one key each, about 250 bytes apiece.
+		if grown > 32<<20*2+maxLog*300 {
+			t.Fatalf("heap grew %d MiB, beyond the bounds", grown>>20)
+		}
+		l.Close()
+	}
+}

@@ -1,6 +1,7 @@
 package goredis
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net/url"
 	"time"
@@ -41,6 +42,26 @@ type ClientOptions struct {
 	// Cluster makes NewClient build a Redis Cluster client even from a URL
 	// that names a single seed node.
 	Cluster bool
+	// TLS configures rediss:// connections: RootCAs for a private CA,
+	// Certificates for client authentication. The server name comes from
+	// the URL when TLS.ServerName is empty. nil keeps the system roots.
+	// Ignored for redis:// URLs.
+	TLS *tls.Config
+}
+
+// withTLS merges o's TLS settings into the URL's (nil for redis://).
+func withTLS(fromURL *tls.Config, o ClientOptions) *tls.Config {
+	if fromURL == nil || o.TLS == nil {
+		return fromURL
+	}
+	c := o.TLS.Clone()
+	if c.ServerName == "" {
+		c.ServerName = fromURL.ServerName
+	}
+	if c.MinVersion == 0 {
+		c.MinVersion = tls.VersionTLS12
+	}
+	return c
 }
 
 // NewClient returns a client for a limiter on the redis:// or rediss:// URL
@@ -74,6 +95,7 @@ func NewClient(rawURL string, o ClientOptions) (redis.UniversalClient, error) {
 			return nil, fmt.Errorf("goredis: redis URL: %w", err)
 		}
 		tuneCluster(co, o)
+		co.TLSConfig = withTLS(co.TLSConfig, o)
 		return redis.NewClusterClient(co), nil
 	}
 	so, err := redis.ParseURL(rawURL)
@@ -81,6 +103,7 @@ func NewClient(rawURL string, o ClientOptions) (redis.UniversalClient, error) {
 		return nil, fmt.Errorf("goredis: redis URL: %w", err)
 	}
 	tune(so, o)
+	so.TLSConfig = withTLS(so.TLSConfig, o)
 	return redis.NewClient(so), nil
 }
 

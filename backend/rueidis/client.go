@@ -1,6 +1,7 @@
 package rueidis
 
 import (
+	"crypto/tls"
 	"fmt"
 	"time"
 
@@ -39,6 +40,26 @@ type ClientOptions struct {
 	// Cluster makes NewClient build a Redis Cluster client even from a URL
 	// that names a single seed node.
 	Cluster bool
+	// TLS configures rediss:// connections: RootCAs for a private CA,
+	// Certificates for client authentication. The server name comes from
+	// the URL when TLS.ServerName is empty. nil keeps the system roots.
+	// Ignored for redis:// URLs.
+	TLS *tls.Config
+}
+
+// withTLS merges o's TLS settings into the URL's (nil for redis://).
+func withTLS(fromURL *tls.Config, o ClientOptions) *tls.Config {
+	if fromURL == nil || o.TLS == nil {
+		return fromURL
+	}
+	c := o.TLS.Clone()
+	if c.ServerName == "" {
+		c.ServerName = fromURL.ServerName
+	}
+	if c.MinVersion == 0 {
+		c.MinVersion = tls.VersionTLS12
+	}
+	return c
 }
 
 // NewClient returns a client for a limiter on the redis:// or rediss:// URL
@@ -68,6 +89,7 @@ func NewClient(rawURL string, o ClientOptions) (rueidis.Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rueidis: redis URL: %w", err)
 	}
+	co.TLSConfig = withTLS(co.TLSConfig, o)
 	co.Dialer.Timeout = pick(o.DialTimeout, co.Dialer.Timeout, DefaultDialTimeout)
 	co.ConnWriteTimeout = pick(o.ConnWriteTimeout, co.ConnWriteTimeout, DefaultConnWriteTimeout)
 	co.Dialer.KeepAlive = pick(o.KeepAlive, co.Dialer.KeepAlive, DefaultKeepAlive)

@@ -89,7 +89,7 @@ func (s *Server) shutdown(t testing.TB) {
 // error fails the test.
 func (s *Server) Do(t testing.TB, args ...string) string {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: s.Addr(), Password: s.conf.password, MaxRetries: -1, DisableIdentity: true})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), Password: s.conf.password, MaxRetries: -1, DisableIdentity: true, TLSConfig: s.clientTLS()})
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

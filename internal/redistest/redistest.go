@@ -6,6 +6,7 @@ package redistest
 
 import (
 	"bufio"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/url"
@@ -34,6 +35,7 @@ type Option func(*config)
 type config struct {
 	aof      bool
 	password string
+	tls      *TLSFiles
 	args     []string
 }
 
@@ -129,6 +131,9 @@ func (s *Server) Addr() string {
 // the address when the server has one.
 func (s *Server) URL() string {
 	u := url.URL{Scheme: "redis", Host: s.Addr(), Path: "/0"}
+	if s.conf.tls != nil {
+		u.Scheme = "rediss"
+	}
 	if s.conf.password != "" {
 		u.User = url.UserPassword("", s.conf.password)
 	}
@@ -152,6 +157,11 @@ func (s *Server) startLocked() error {
 	if s.conf.password != "" {
 		args = append(args, "--requirepass", s.conf.password)
 	}
+	if f := s.conf.tls; f != nil {
+		args[1] = "0"
+		args = append(args, "--tls-port", strconv.Itoa(s.port), "--tls-cert-file", f.Cert,
+			"--tls-key-file", f.Key, "--tls-ca-cert-file", f.CA, "--tls-auth-clients", "no")
+	}
 	cmd := exec.Command(s.bin, append(args, s.conf.args...)...)
 	cmd.Dir = s.dir
 	if err := cmd.Start(); err != nil {
@@ -160,7 +170,7 @@ func (s *Server) startLocked() error {
 	p := &process{cmd: cmd, done: make(chan struct{})}
 	go func() { p.err = cmd.Wait(); close(p.done) }()
 	s.proc, s.paused = p, false
-	if err := waitReady(s.port, p); err != nil {
+	if err := waitReady(s.port, p, s.clientTLS()); err != nil {
 		p.kill()
 		s.proc = nil
 		return fmt.Errorf("port %d: %w\n%s", s.port, err, s.logTail())
@@ -171,7 +181,7 @@ func (s *Server) startLocked() error {
 // waitReady polls PING until the server answers PONG (or NOAUTH, when it
 // has a password), exits, or ReadyTimeout passes. A server still loading its
 // AOF answers LOADING and is not ready.
-func waitReady(port int, p *process) error {
+func waitReady(port int, p *process, tc *tls.Config) error {
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	deadline := time.Now().Add(ReadyTimeout)
 	for time.Now().Before(deadline) {
@@ -180,7 +190,7 @@ func waitReady(port int, p *process) error {
 			return fmt.Errorf("redis-server exited: %v", p.err)
 		default:
 		}
-		if ping(addr) {
+		if ping(addr, tc) {
 			return nil
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -189,10 +199,13 @@ func waitReady(port int, p *process) error {
 }
 
 // ping sends one inline PING over a raw connection.
-func ping(addr string) bool {
+func ping(addr string, tc *tls.Config) bool {
 	c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
 	if err != nil {
 		return false
+	}
+	if tc != nil {
+		c = tls.Client(c, tc)
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(200 * time.Millisecond))

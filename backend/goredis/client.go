@@ -8,6 +8,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/holdfast/holdfast/internal/redact"
 )
 
 // Default client deadlines. A limiter's store call must fail fast: a slow
@@ -87,12 +89,12 @@ func NewClient(rawURL string, o ClientOptions) (redis.UniversalClient, error) {
 	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("goredis: redis URL: %w", err)
+		return nil, fmt.Errorf("goredis: redis URL: %w", redact.URLError(rawURL, err))
 	}
 	if o.Cluster || u.Query().Has("addr") {
 		co, err := redis.ParseClusterURL(rawURL)
 		if err != nil {
-			return nil, fmt.Errorf("goredis: redis URL: %w", err)
+			return nil, fmt.Errorf("goredis: redis URL: %w", redact.URLError(rawURL, err))
 		}
 		tuneCluster(co, o)
 		co.TLSConfig = withTLS(co.TLSConfig, o)
@@ -100,7 +102,7 @@ func NewClient(rawURL string, o ClientOptions) (redis.UniversalClient, error) {
 	}
 	so, err := redis.ParseURL(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("goredis: redis URL: %w", err)
+		return nil, fmt.Errorf("goredis: redis URL: %w", redact.URLError(rawURL, err))
 	}
 	tune(so, o)
 	so.TLSConfig = withTLS(so.TLSConfig, o)

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/holdfast/holdfast/internal/redact"
 )
 
 // Default client deadlines. A limiter's store call must fail fast: a slow
@@ -87,7 +89,7 @@ func NewClient(rawURL string, o ClientOptions) (rueidis.Client, error) {
 	}
 	co, err := rueidis.ParseURL(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("rueidis: redis URL: %w", err)
+		return nil, fmt.Errorf("rueidis: redis URL: %w", redact.URLError(rawURL, err))
 	}
 	co.TLSConfig = withTLS(co.TLSConfig, o)
 	co.Dialer.Timeout = pick(o.DialTimeout, co.Dialer.Timeout, DefaultDialTimeout)

@@ -2,6 +2,7 @@ package rueidis_test
 
 import (
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -71,6 +72,17 @@ func TestNewClientErrors(t *testing.T) {
 		if c, err := hfrueidis.NewClient(tc.url, tc.o); err == nil {
 			c.Close()
 			t.Errorf("%q %+v: no error", tc.url, tc.o)
+		}
+	}
+}
+
+// TestURLErrorsHideSecrets: a malformed URL's error names the problem but
+// never the password.
+func TestURLErrorsHideSecrets(t *testing.T) {
+	for _, u := range []string{"redis://:sekrit@127.0.0.1:bad/0", "rediss://user:sekrit@[::1", "redis://u:sekrit@h:1/zz"} {
+		_, err := hfrueidis.NewClient(u, hfrueidis.ClientOptions{})
+		if err == nil || strings.Contains(err.Error(), "sekrit") {
+			t.Errorf("%s: %v", u, err)
 		}
 	}
 }

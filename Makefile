@@ -22,8 +22,14 @@ FUZZTIME ?= 10s
 fuzz:
 	FUZZTIME=2m bash scripts/fuzz.sh
 
+# The benchmark harness (bench/, its own module so the peers it measures never
+# become dependencies of the library): vet and smoke-test it, then run it and
+# write BENCHMARKS.md. About 8 minutes; BENCHFLAGS=-quick for a 1-minute smoke
+# run (see `cd bench && go run ./cmd/bench -h`).
+BENCHFLAGS ?=
 bench: deps
-	$(GO) test -run '^$$' -bench BenchmarkAllow -benchmem -cpu 1,2 -count 3 ./backend/...
+	cd bench && $(GO) vet ./... && $(GO) test -count=1 ./...
+	cd bench && $(GO) run ./cmd/bench $(BENCHFLAGS) -out ../BENCHMARKS.md
 
 lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

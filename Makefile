@@ -57,4 +57,4 @@ demo-docs: deps
 
 # docs/RELIABILITY.md: the fault tests, with their table written out.
 reliability: deps
-	HOLDFAST_RELIABILITY_OUT=$(CURDIR)/docs/RELIABILITY.md $(GO) test -count=1 -run 'TestOutage$$|TestBlackHole|TestFlapping|TestGentle' ./fallback
+	HOLDFAST_RELIABILITY_OUT=$(CURDIR)/docs/RELIABILITY.md $(GO) test -count=1 -run 'TestOutage$$|TestBlackHole|TestFlapping|TestGentle|TestClusterFailover' ./fallback

@@ -1,0 +1,151 @@
+package cluster
+
+import (
+	"time"
+
+	"github.com/holdfast/holdfast/algorithms/tokenbucket"
+	"github.com/holdfast/holdfast/cmd/demo/serve"
+	"github.com/holdfast/holdfast/core"
+)
+
+// A Route is one limited path of the demo config.
+type Route struct {
+	// Name is the policy's name (tb, sw).
+	Name string
+	// Path is the limited route.
+	Path string
+	// Policy is the policy the instances enforce on it.
+	Policy core.Policy
+}
+
+// TokenBucket reports whether the route's policy is a token bucket.
+func (r Route) TokenBucket() bool { return r.Policy.Algorithm().Name() == tokenbucket.Name }
+
+// Allowance is the policy's long-run rate per second: the refill rate of a
+// token bucket, limit ÷ window of a sliding window.
+func (r Route) Allowance() float64 {
+	if r.TokenBucket() {
+		return tokenbucket.Rate(r.Policy)
+	}
+	return float64(r.Policy.Limit()) / r.Policy.Interval().Seconds()
+}
+
+// Bound is what one exact limiter admits at most to a client above the
+// limit over a run of length d (DESIGN.md's invariant): token bucket
+// capacity + rate × d, sliding window limit × (whole windows in d + 1).
+func (r Route) Bound(d time.Duration) float64 {
+	if r.TokenBucket() {
+		return float64(r.Policy.Limit()) + tokenbucket.Rate(r.Policy)*d.Seconds()
+	}
+	return float64(r.Policy.Limit() * (int64(d/r.Policy.Interval()) + 1))
+}
+
+// Ideal is what one exact limiter admits to a client that asks above the
+// limit all the time from the start of a run of length d: the bound for a
+// token bucket; limit × ⌈d ÷ window⌉ for a sliding window, whose bound
+// allows one more window for spans that straddle window starts.
+func (r Route) Ideal(d time.Duration) float64 {
+	if r.TokenBucket() {
+		return r.Bound(d)
+	}
+	w := r.Policy.Interval()
+	return float64(r.Policy.Limit() * int64((d+w-1)/w))
+}
+
+// Describe returns e.g. "token bucket 20 + 5/s" or "sliding window 20 per 2s".
+func (r Route) Describe() string {
+	if r.TokenBucket() {
+		return "token bucket " + itoa(r.Policy.Limit()) + " + " + ftoa(tokenbucket.Rate(r.Policy)) + "/s"
+	}
+	return "sliding window " + itoa(r.Policy.Limit()) + " per " + r.Policy.Interval().String()
+}
+
+// A Series is what one client saw on one route, per second of the run,
+// counted at the client (through nginx) by the second its request was
+// scheduled in.
+type Series struct {
+	// Route is the route's name.
+	Route string
+	// Client is the client's X-Client-ID: "heavy" or "gentle".
+	Client string
+	// Rate is the client's request rate per second.
+	Rate float64
+	// Heavy marks a client above its limit.
+	Heavy bool
+	// Admitted, Rejected and Errors count 200s, 429s and everything else
+	// (transport errors, 4xx other than 429, 5xx) per second.
+	Admitted, Rejected, Errors []int
+	// ServerErrors counts the 5xx answers among Errors.
+	ServerErrors []int
+	// Local counts the admissions decided by a lease (mode local).
+	Local []int
+}
+
+// Name returns "route client", e.g. "tb heavy".
+func (s *Series) Name() string { return s.Route + " " + s.Client }
+
+// Total returns the sum of a per-second count.
+func Total(xs []int) int {
+	n := 0
+	for _, x := range xs {
+		n += x
+	}
+	return n
+}
+
+// Record is everything a cluster run measured: the input of the table, the
+// report and the invariant checks.
+type Record struct {
+	// Backend is the Redis client the instances used.
+	Backend string
+	// Duration is how long the load ran.
+	Duration time.Duration
+	// Routes are the limited routes.
+	Routes []Route
+	// Series are the clients' counts, route by route, heavy first.
+	Series []*Series
+	// Instances are the instances' IDs.
+	Instances []string
+	// Breakers holds, per second, each instance's breaker state as its
+	// /status last showed it in that second ("?" when it did not answer).
+	Breakers [][]string
+	// Pending holds, per second, the instances' pending_log summed.
+	Pending []int
+	// RedisDown marks the seconds Redis was down for at least part of.
+	RedisDown []bool
+	// KillAt and RestartAt are when Redis was killed and restarted; a
+	// negative value means it did not happen.
+	KillAt, RestartAt time.Duration
+	// ReconciledAt is when an instance first reported a reconciliation after
+	// the restart; RecoveredAt when every breaker was closed again. Negative:
+	// not seen.
+	ReconciledAt, RecoveredAt time.Duration
+	// Final is each instance's /status at the end of the run.
+	Final []serve.Status
+}
+
+// Seconds is the number of whole or partial seconds the load ran.
+func (r *Record) Seconds() int {
+	return int((r.Duration + time.Second - 1) / time.Second)
+}
+
+// Route returns the route named name.
+func (r *Record) Route(name string) (Route, bool) {
+	for _, rt := range r.Routes {
+		if rt.Name == name {
+			return rt, true
+		}
+	}
+	return Route{}, false
+}
+
+// Heavy returns the series of the heavy clients.
+func (r *Record) Heavy() []*Series {
+	var out []*Series
+	for _, s := range r.Series {
+		if s.Heavy {
+			out = append(out, s)
+		}
+	}
+	return out
+}

@@ -1,0 +1,194 @@
+// Package serve is `holdfast-demo serve`: one HTTP app instance whose
+// routes are limited by the policies of a YAML config, shared with every
+// other instance through Redis and kept limited locally while Redis is
+// down.
+//
+// Routes: each policy's path (httplimit middleware around a handler that
+// answers 200 JSON), GET /status (the limiter's state), /healthz (the
+// process is alive), /readyz (started and config loaded) and /metrics
+// (Prometheus).
+//
+// /readyz stays 200 while Redis is down. Every instance shares the one
+// Redis, so an outage would take every instance out of the load balancer
+// at once: failing readiness would turn a degraded limiter into a total
+// outage, the very thing holdfast exists to avoid. The limiter keeps
+// enforcing each instance's share of the quota, and /status and the
+// breaker metrics tell operators about the outage. /readyz fails only
+// before the limiter started and once shutdown began.
+package serve
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/holdfast/holdfast/config"
+	"github.com/holdfast/holdfast/fallback"
+	"github.com/holdfast/holdfast/httplimit"
+	"github.com/holdfast/holdfast/metrics"
+)
+
+// App is one serve instance: its config, limiter, metrics and routes.
+type App struct {
+	opts    Options
+	cfg     *config.Config
+	lim     *fallback.Limiter
+	metrics *metrics.Metrics
+	log     *slog.Logger
+	closeDB func()
+	handler http.Handler
+	ready   atomic.Bool
+}
+
+// Status is the body of GET /status: the limiter's state (id, breaker,
+// instances, pending_log, reconciles, last_reconcile_ns) and the backend.
+// It never holds the Redis URL.
+type Status struct {
+	fallback.Status
+	// Backend is the Redis client in use.
+	Backend string `json:"backend"`
+	// Ready is what /readyz answers.
+	Ready bool `json:"ready"`
+}
+
+// New loads the config, builds the store and the limiter and starts the
+// limiter's background work, which runs until ctx is done or Close (it
+// does not need Redis up: an instance started during an outage limits
+// locally). A config error names the policy and the field. Close releases
+// what New built.
+func New(ctx context.Context, o Options, log *slog.Logger) (*App, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	cfg, err := config.LoadFile(o.Config)
+	if err != nil {
+		return nil, fmt.Errorf("serve: %s: %w", o.Config, err)
+	}
+	store, closeDB, err := openStore(&o)
+	if err != nil {
+		return nil, err
+	}
+	a := &App{opts: o, cfg: cfg, metrics: metrics.New(), log: log, closeDB: closeDB}
+	a.lim, err = fallback.New(a.metrics.Store(store), fallback.Options{
+		ID:                o.ID,
+		Prefix:            cfg.Prefix,
+		ExpectedInstances: o.ExpectedInstances,
+		Heartbeat:         o.Heartbeat,
+		OutageModes:       cfg.OutageModes(),
+		StateDir:          o.StateDir,
+		Logger:            log,
+		Breaker: fallback.BreakerOptions{
+			CallTimeout:   o.CallTimeout,
+			ProbeInterval: o.ProbeInterval,
+			OnStateChange: a.metrics.BreakerChange,
+		},
+	})
+	if err != nil {
+		closeDB()
+		return nil, fmt.Errorf("serve: %w", err)
+	}
+	a.metrics.Watch(a.lim.Status)
+	a.handler = a.routes()
+	if err := a.lim.Start(ctx); err != nil {
+		a.lim.Close()
+		closeDB()
+		return nil, fmt.Errorf("serve: start limiter: %w", err)
+	}
+	a.ready.Store(true)
+	return a, nil
+}
+
+// Handler returns the instance's routes.
+func (a *App) Handler() http.Handler { return a.handler }
+
+// Limiter returns the instance's limiter.
+func (a *App) Limiter() *fallback.Limiter { return a.lim }
+
+// Status returns what GET /status shows.
+func (a *App) Status() Status {
+	return Status{Status: a.lim.Status(), Backend: a.opts.Backend, Ready: a.ready.Load()}
+}
+
+// Close marks the instance not ready, closes the limiter (which writes an
+// unreconciled outage log to the state dir) and then the Redis client.
+func (a *App) Close() error {
+	a.ready.Store(false)
+	err := a.lim.Close()
+	a.closeDB()
+	return err
+}
+
+func (a *App) routes() http.Handler {
+	mux := http.NewServeMux()
+	limited := a.metrics.Limiter(a.lim)
+	ok := http.HandlerFunc(httplimit.AllowedJSON)
+	for _, p := range a.cfg.Policies {
+		rule := httplimit.Rule{Policy: p.Policy, Key: p.Key}
+		mux.Handle(p.Path, httplimit.New(limited, rule, httplimit.WithLogger(a.log))(ok))
+	}
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(a.Status())
+	})
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if !a.ready.Load() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ready\n")
+	})
+	mux.Handle("GET /metrics", a.metrics.Handler())
+	return mux
+}
+
+// Run is the serve command: it starts the App, listens on o.Listen and
+// serves until ctx is done (the caller cancels it on SIGTERM or SIGINT),
+// then shuts down gracefully: readiness fails, in-flight requests finish
+// (bounded by ShutdownTimeout), and the limiter closes, saving its outage
+// log to the state dir.
+func Run(ctx context.Context, o Options, log *slog.Logger) error {
+	// The limiter's background work outlives ctx: Close stops it after the
+	// last in-flight request.
+	a, err := New(context.WithoutCancel(ctx), o, log)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", o.Listen)
+	if err != nil {
+		a.Close()
+		return fmt.Errorf("serve: %w", err)
+	}
+	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	log.Info("holdfast serve listening", "addr", ln.Addr().String(), "id", a.lim.Status().ID, "backend", o.Backend,
+		"redis", Redact(o.Redis), "policies", len(a.cfg.Policies), "state_dir", o.StateDir)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err = <-served: // the listener failed
+	case <-ctx.Done():
+		log.Info("holdfast serve shutting down", "id", a.lim.Status().ID)
+		a.ready.Store(false)
+		sctx, cancel := context.WithTimeout(context.Background(), o.ShutdownTimeout)
+		err = srv.Shutdown(sctx)
+		cancel()
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	st := a.lim.Status()
+	if cerr := a.Close(); cerr != nil {
+		err = errors.Join(err, fmt.Errorf("serve: close limiter: %w", cerr))
+	}
+	log.Info("holdfast serve stopped", "id", st.ID, "breaker", st.Breaker, "pending_log", st.PendingLog)
+	return err
+}

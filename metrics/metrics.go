@@ -1,0 +1,158 @@
+// Package metrics exports a holdfast limiter's behaviour to Prometheus:
+// decisions by policy, result and mode; the circuit breaker's state and
+// transitions; the latency of every Redis call; the outage log's size; and
+// reconciliations.
+//
+// Labels hold only bounded, non-secret values: policy names from the
+// config, script names, breaker states. A client key never becomes a label
+// (each key would be a new time series, and keys are client data), and no
+// Redis address or credential is exported.
+//
+// Wire it up in three places: wrap the store (Store) before handing it to
+// fallback.New, pass BreakerChange as the breaker's OnStateChange, and wrap
+// the limiter (Limiter) that the HTTP middleware calls; then Watch the
+// limiter's Status and serve Handler.
+package metrics
+
+import (
+	"context"
+	"net/http"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/fallback"
+)
+
+// Namespace starts every metric name.
+const Namespace = "holdfast"
+
+// Metrics is one instance's set of collectors, in a registry of its own
+// (with the Go runtime and process collectors), so two instances in one
+// process, as in tests, do not collide. It is safe for concurrent use.
+type Metrics struct {
+	reg         *prometheus.Registry
+	decisions   *prometheus.CounterVec
+	state       *prometheus.GaugeVec
+	transitions *prometheus.CounterVec
+	calls       *prometheus.HistogramVec
+
+	watchOnce sync.Once
+}
+
+// breakerStates are the values of the state label, in fallback.State order.
+var breakerStates = []fallback.State{fallback.Closed, fallback.Open, fallback.Reconciling}
+
+// New returns a Metrics with every collector registered; the breaker state
+// gauge starts at closed, a Breaker's default start.
+func New() *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "decisions_total",
+			Help: "Rate-limit decisions by policy, result (allowed, denied, error) and mode (redis, local, fail_open, fail_closed; none on error).",
+		}, []string{"policy", "result", "mode"}),
+		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "breaker_state",
+			Help: "1 for the circuit breaker's current state (closed, open, reconciling), 0 for the others.",
+		}, []string{"state"}),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "breaker_transitions_total",
+			Help: "Circuit breaker state changes by from and to state.",
+		}, []string{"from", "to"}),
+		calls: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "redis_call_duration_seconds",
+			Help: "Duration of calls to Redis by script (ping and pipeline for those calls) and outcome (ok, error).",
+			// 100µs to about 200ms: the call deadline is tens of milliseconds.
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 12),
+		}, []string{"script", "outcome"}),
+	}
+	m.reg.MustRegister(m.decisions, m.state, m.transitions, m.calls,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.setState(fallback.Closed)
+	return m
+}
+
+// Registry returns the registry the collectors live in, for tests and for
+// adding an application's own collectors.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Handler serves the registry in the Prometheus exposition format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// BreakerChange records a breaker transition: it counts it and moves the
+// state gauge. Its signature is fallback.BreakerOptions.OnStateChange's.
+func (m *Metrics) BreakerChange(from, to fallback.State) {
+	m.transitions.WithLabelValues(from.String(), to.String()).Inc()
+	m.setState(to)
+}
+
+func (m *Metrics) setState(s fallback.State) {
+	for _, st := range breakerStates {
+		v := 0.0
+		if st == s {
+			v = 1
+		}
+		m.state.WithLabelValues(st.String()).Set(v)
+	}
+}
+
+// Watch registers gauges read from status at every scrape: the outage log's
+// pending grants, the live instance count, the reconcile count and the last
+// reconciliation's duration. Only the first call registers; status must be
+// cheap and safe for concurrent use (fallback.Limiter.Status is).
+func (m *Metrics) Watch(status func() fallback.Status) {
+	m.watchOnce.Do(func() {
+		m.reg.MustRegister(
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Namespace: Namespace, Name: "pending_log_grants",
+				Help: "Local grants in the outage log that Redis has not acknowledged yet.",
+			}, func() float64 { return float64(status().PendingLog) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Namespace: Namespace, Name: "instances",
+				Help: "Live instance count this instance divides the quota by during an outage.",
+			}, func() float64 { return float64(status().Instances) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Namespace: Namespace, Name: "reconciles_total",
+				Help: "Replays of the outage log into Redis.",
+			}, func() float64 { return float64(status().Reconciles) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Namespace: Namespace, Name: "last_reconcile_duration_seconds",
+				Help: "Duration of the last replay of the outage log.",
+			}, func() float64 { return status().LastRecon.Seconds() }),
+		)
+	})
+}
+
+// A Decider decides one request, as core.Limiter and fallback.Limiter do
+// (and httplimit.Limiter wants).
+type Decider interface {
+	AllowN(ctx context.Context, p core.Policy, key string, cost int64) (core.Result, error)
+}
+
+// Limiter returns d counting each decision by policy, result and mode. The
+// key is never recorded.
+func (m *Metrics) Limiter(d Decider) Decider { return &decider{next: d, m: m} }
+
+type decider struct {
+	next Decider
+	m    *Metrics
+}
+
+func (d *decider) AllowN(ctx context.Context, p core.Policy, key string, cost int64) (core.Result, error) {
+	res, err := d.next.AllowN(ctx, p, key, cost)
+	result, mode := "denied", res.Mode.String()
+	switch {
+	case err != nil:
+		result, mode = "error", "none"
+	case res.Allowed:
+		result = "allowed"
+	}
+	d.m.decisions.WithLabelValues(p.Name(), result, mode).Inc()
+	return res, err
+}

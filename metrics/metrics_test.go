@@ -1,0 +1,171 @@
+package metrics_test
+
+import (
+	"context"
+	"errors"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/holdfast/holdfast/algorithms/tokenbucket"
+	"github.com/holdfast/holdfast/backend/memory"
+	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/fallback"
+	"github.com/holdfast/holdfast/metrics"
+)
+
+// fakeStore answers every call with reply or err.
+type fakeStore struct {
+	reply []int64
+	err   error
+}
+
+func (f *fakeStore) Run(context.Context, *core.Script, []string, []string) ([]int64, error) {
+	return f.reply, f.err
+}
+
+type pingStore struct{ fakeStore }
+
+func (p *pingStore) Ping(context.Context) error { return p.err }
+
+type pipeStore struct{ fakeStore }
+
+func (p *pipeStore) RunMany(_ context.Context, calls []core.Call) []core.CallResult {
+	out := make([]core.CallResult, len(calls))
+	for i := range out {
+		out[i] = core.CallResult{Reply: p.reply, Err: p.err}
+	}
+	return out
+}
+
+type bothStore struct{ pingStore }
+
+func (b *bothStore) RunMany(ctx context.Context, calls []core.Call) []core.CallResult {
+	return (&pipeStore{b.fakeStore}).RunMany(ctx, calls)
+}
+
+func TestStoreKeepsCapabilities(t *testing.T) {
+	tests := []struct {
+		name       string
+		store      core.Store
+		ping, pipe bool
+	}{
+		{"plain", &fakeStore{}, false, false},
+		{"pinger", &pingStore{}, true, false},
+		{"pipeliner", &pipeStore{}, false, true},
+		{"both", &bothStore{}, true, true},
+	}
+	for _, tt := range tests {
+		s := metrics.New().Store(tt.store)
+		_, ping := s.(core.Pinger)
+		_, pipe := s.(core.Pipeliner)
+		if ping != tt.ping || pipe != tt.pipe {
+			t.Errorf("%s: wrapped store is Pinger %v, Pipeliner %v; want %v, %v", tt.name, ping, pipe, tt.ping, tt.pipe)
+		}
+	}
+}
+
+func TestStoreTimesCalls(t *testing.T) {
+	m := metrics.New()
+	ok := m.Store(&bothStore{pingStore{fakeStore{reply: []int64{1}}}})
+	bad := m.Store(&bothStore{pingStore{fakeStore{err: core.ErrStoreUnavailable}}})
+	script := core.NewScript("tokenbucket", "return 1", nil)
+	ctx := context.Background()
+	for _, s := range []core.Store{ok, bad} {
+		s.Run(ctx, script, []string{"k"}, nil)
+		s.Run(ctx, script, []string{"k"}, nil)
+		s.(core.Pinger).Ping(ctx)
+		s.(core.Pipeliner).RunMany(ctx, []core.Call{{Script: script}, {Script: script}})
+	}
+	out := scrape(t, m)
+	for _, want := range []string{
+		`holdfast_redis_call_duration_seconds_count{outcome="ok",script="tokenbucket"} 2`,
+		`holdfast_redis_call_duration_seconds_count{outcome="error",script="tokenbucket"} 2`,
+		`holdfast_redis_call_duration_seconds_count{outcome="ok",script="ping"} 1`,
+		`holdfast_redis_call_duration_seconds_count{outcome="error",script="ping"} 1`,
+		`holdfast_redis_call_duration_seconds_count{outcome="ok",script="pipeline"} 1`,
+		`holdfast_redis_call_duration_seconds_count{outcome="error",script="pipeline"} 1`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("scrape lacks %s", want)
+		}
+	}
+}
+
+func TestDecisionsNeverLabelTheKey(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	store, err := memory.New(memory.Options{Clock: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	lim, err := core.NewLimiter(store, core.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := tokenbucket.Policy("api", 2, 1)
+	m := metrics.New()
+	d := m.Limiter(lim)
+	const key = "secret-client-key-42"
+	for range 3 {
+		d.AllowN(context.Background(), p, key, 1)
+	}
+	if _, err := d.AllowN(context.Background(), p, "", 1); !errors.Is(err, core.ErrEmptyKey) {
+		t.Fatalf("empty key: %v", err)
+	}
+	out := scrape(t, m)
+	for _, want := range []string{
+		`holdfast_decisions_total{mode="local",policy="api",result="allowed"} 2`,
+		`holdfast_decisions_total{mode="local",policy="api",result="denied"} 1`,
+		`holdfast_decisions_total{mode="none",policy="api",result="error"} 1`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("scrape lacks %s", want)
+		}
+	}
+	if strings.Contains(out, key) {
+		t.Error("the client key appears in the scrape")
+	}
+}
+
+func TestBreakerAndStatus(t *testing.T) {
+	m := metrics.New()
+	st := fallback.Status{PendingLog: 7, Instances: 4, Reconciles: 3, LastRecon: 1500 * time.Millisecond}
+	m.Watch(func() fallback.Status { return st })
+	m.Watch(func() fallback.Status { return st }) // a second call is a no-op, not a panic
+	m.BreakerChange(fallback.Closed, fallback.Open)
+	m.BreakerChange(fallback.Open, fallback.Reconciling)
+	out := scrape(t, m)
+	for _, want := range []string{
+		`holdfast_breaker_state{state="closed"} 0`,
+		`holdfast_breaker_state{state="open"} 0`,
+		`holdfast_breaker_state{state="reconciling"} 1`,
+		`holdfast_breaker_transitions_total{from="closed",to="open"} 1`,
+		`holdfast_breaker_transitions_total{from="open",to="reconciling"} 1`,
+		"holdfast_pending_log_grants 7",
+		"holdfast_instances 4",
+		"holdfast_reconciles_total 3",
+		"holdfast_last_reconcile_duration_seconds 1.5",
+		"go_goroutines",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("scrape lacks %s", want)
+		}
+	}
+	if n := testutil.CollectAndCount(m.Registry(), "holdfast_breaker_state"); n != 3 {
+		t.Errorf("%d breaker_state series, want 3", n)
+	}
+}
+
+func scrape(t *testing.T, m *metrics.Metrics) string {
+	t.Helper()
+	w := httptest.NewRecorder()
+	m.Handler().ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))
+	if w.Code != 200 {
+		t.Fatalf("scrape: %d %s", w.Code, w.Body)
+	}
+	return w.Body.String()
+}

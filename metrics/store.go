@@ -1,0 +1,115 @@
+package metrics
+
+import (
+	"context"
+	"time"
+
+	"github.com/holdfast/holdfast/core"
+)
+
+// Store returns s timing every call into the Redis latency histogram:
+// Run by script name, Ping as "ping", RunMany as "pipeline" (one
+// observation per round trip). Errors are observed too, with outcome
+// "error": a call that hit its deadline shows up in the top buckets.
+//
+// The returned store has exactly the optional capabilities of s
+// (core.Pinger, core.Pipeliner), so callers that look for them by type
+// assertion, such as the fallback layer's health probe and the
+// reconciler's pipelining, behave as they would with s itself.
+func (m *Metrics) Store(s core.Store) core.Store {
+	t := &timed{next: s, m: m}
+	p, ping := s.(core.Pinger)
+	pl, pipe := s.(core.Pipeliner)
+	switch {
+	case ping && pipe:
+		return &timedPingPipe{timed: t, pinger: p, pipeliner: pl}
+	case ping:
+		return &timedPing{timed: t, pinger: p}
+	case pipe:
+		return &timedPipe{timed: t, pipeliner: pl}
+	}
+	return t
+}
+
+type timed struct {
+	next core.Store
+	m    *Metrics
+}
+
+var _ core.Store = (*timed)(nil)
+
+func (t *timed) observe(script string, start time.Time, err error) {
+	outcome := "ok"
+	if err != nil {
+		outcome = "error"
+	}
+	t.m.calls.WithLabelValues(script, outcome).Observe(time.Since(start).Seconds())
+}
+
+// Run times one script call.
+func (t *timed) Run(ctx context.Context, s *core.Script, keys, args []string) ([]int64, error) {
+	start := time.Now()
+	r, err := t.next.Run(ctx, s, keys, args)
+	t.observe(s.Name(), start, err)
+	return r, err
+}
+
+func (t *timed) ping(ctx context.Context, p core.Pinger) error {
+	start := time.Now()
+	err := p.Ping(ctx)
+	t.observe("ping", start, err)
+	return err
+}
+
+func (t *timed) runMany(ctx context.Context, pl core.Pipeliner, calls []core.Call) []core.CallResult {
+	start := time.Now()
+	res := pl.RunMany(ctx, calls)
+	var err error
+	for _, r := range res {
+		if r.Err != nil {
+			err = r.Err
+			break
+		}
+	}
+	t.observe("pipeline", start, err)
+	return res
+}
+
+type timedPing struct {
+	*timed
+	pinger core.Pinger
+}
+
+// Ping times a health check.
+func (t *timedPing) Ping(ctx context.Context) error { return t.ping(ctx, t.pinger) }
+
+type timedPipe struct {
+	*timed
+	pipeliner core.Pipeliner
+}
+
+// RunMany times one pipeline.
+func (t *timedPipe) RunMany(ctx context.Context, calls []core.Call) []core.CallResult {
+	return t.runMany(ctx, t.pipeliner, calls)
+}
+
+type timedPingPipe struct {
+	*timed
+	pinger    core.Pinger
+	pipeliner core.Pipeliner
+}
+
+// Ping times a health check.
+func (t *timedPingPipe) Ping(ctx context.Context) error { return t.ping(ctx, t.pinger) }
+
+// RunMany times one pipeline.
+func (t *timedPingPipe) RunMany(ctx context.Context, calls []core.Call) []core.CallResult {
+	return t.runMany(ctx, t.pipeliner, calls)
+}
+
+var (
+	_ core.Pinger    = (*timedPing)(nil)
+	_ core.Pipeliner = (*timedPipe)(nil)
+	_ core.Pinger    = (*timedPingPipe)(nil)
+	_ core.Pipeliner = (*timedPingPipe)(nil)
+)

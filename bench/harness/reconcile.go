@@ -1,0 +1,160 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/holdfast/holdfast/algorithms/slidingwindow"
+	"github.com/holdfast/holdfast/algorithms/tokenbucket"
+	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/reconcile"
+)
+
+type reconcileCell struct {
+	Backend string
+	Alg     string
+	Keys    int
+}
+
+type reconcileResult struct {
+	Backends []string
+	Algs     []string
+	Sizes    []int
+	Grants   int // per key
+	Runs     map[reconcileCell][]time.Duration
+	// Failed counts batches that failed their first attempt (all runs);
+	// they were sent again, and the time includes that.
+	Failed map[reconcileCell]int
+	// RedisUsPerKey is Redis's CPU time (INFO cpu) per key replayed, one
+	// figure per run.
+	RedisUsPerKey map[reconcileCell][]float64
+}
+
+// grantsPerKey is how many grants each key's batch carries.
+const grantsPerKey = 3
+
+// reconcile runs section 4: outage logs of n keys (one batch of three
+// grants per key), replayed with reconcile.Reconciler through each
+// backend's store (pipelined). Only the Reconcile call is timed.
+func (h *harness) reconcile(ctx context.Context) error {
+	res := &reconcileResult{
+		Backends: []string{"rueidis", "go-redis"}, Algs: []string{tokenbucket.Name, slidingwindow.Name},
+		Sizes: h.cfg.ReconcileSizes, Grants: grantsPerKey, Runs: map[reconcileCell][]time.Duration{}, Failed: map[reconcileCell]int{},
+		RedisUsPerKey: map[reconcileCell][]float64{},
+	}
+	h.report.Reconcile = res
+	stores := map[string]core.Store{}
+	for _, b := range res.Backends {
+		mk := rueidisStore
+		if b == "go-redis" {
+			mk = goredisStore
+		}
+		s, closeStore, err := mk(h.srv.URL())
+		if err != nil {
+			return err
+		}
+		defer closeStore()
+		stores[b] = s
+	}
+	tb, err := tokenbucket.Policy("rtb", 100, 10)
+	if err != nil {
+		return err
+	}
+	sw, err := slidingwindow.Policy("rsw", 100, time.Minute)
+	if err != nil {
+		return err
+	}
+	pols := map[string]core.Policy{tokenbucket.Name: tb, slidingwindow.Name: sw}
+	r := reconcile.New(reconcile.Options{})
+	// One warm-up replay per backend loads the scripts and opens connections.
+	for _, b := range res.Backends {
+		for _, alg := range res.Algs {
+			if err := replay(ctx, r, stores[b], pols[alg], "warm-"+b, 100); err != nil {
+				return err
+			}
+		}
+	}
+	for _, alg := range res.Algs {
+		for _, n := range res.Sizes {
+			if err := h.admin.FlushAll(ctx).Err(); err != nil {
+				return err
+			}
+			for rep := range h.cfg.Reps {
+				for _, b := range res.Backends {
+					id := fmt.Sprintf("%s-%d-", b, rep)
+					cpu0, err := redisCPU(ctx, h.admin)
+					if err != nil {
+						return err
+					}
+					t0 := time.Now()
+					var failed int
+					err = replayTimed(ctx, r, stores[b], pols[alg], id, n, &t0, &failed)
+					took := time.Since(t0)
+					if err != nil {
+						return fmt.Errorf("%s %s %d keys: %w", b, alg, n, err)
+					}
+					cpu1, err := redisCPU(ctx, h.admin)
+					if err != nil {
+						return err
+					}
+					c := reconcileCell{Backend: b, Alg: alg, Keys: n}
+					res.Runs[c] = append(res.Runs[c], took)
+					res.Failed[c] += failed
+					res.RedisUsPerKey[c] = append(res.RedisUsPerKey[c], (cpu1-cpu0)*1e6/float64(n))
+					h.progress("reconcile %-8s %-14s %6d keys rep %d: %v (%d batches failed first time)", b, alg, n, rep+1, took.Round(time.Microsecond), failed)
+				}
+			}
+		}
+	}
+	return h.admin.FlushAll(ctx).Err()
+}
+
+func replay(ctx context.Context, r *reconcile.Reconciler, s core.Store, p core.Policy, id string, n int) error {
+	var t0 time.Time
+	var failed int
+	return replayTimed(ctx, r, s, p, id, n, &t0, &failed)
+}
+
+// replayTimed builds the batches of n keys, sets *start, and replays them,
+// sending failed batches again until all are acknowledged. *failed is how
+// many failed the first time.
+func replayTimed(ctx context.Context, r *reconcile.Reconciler, s core.Store, p core.Policy, id string, n int, start *time.Time, failed *int) error {
+	now := time.Now().UnixMicro()
+	batches := make([]core.Batch, n)
+	for k := range batches {
+		ks := strconv.Itoa(k)
+		gs := make([]core.Grant, grantsPerKey)
+		for j := range gs {
+			gs[j] = core.Grant{ID: id + ks + "-" + strconv.Itoa(j), Cost: 1, At: now - int64(grantsPerKey-j)*1000}
+		}
+		batches[k] = core.Batch{ID: id + ks, Key: core.StorageKey("hf:", p.Name(), "k"+ks), Policy: p, Grants: gs}
+	}
+	*start = time.Now()
+	*failed = 0
+	for attempt := 1; ; attempt++ {
+		var again []core.Batch
+		var last error
+		for i, err := range r.Reconcile(ctx, s, batches) {
+			if err != nil {
+				again, last = append(again, batches[i]), err
+			}
+		}
+		if attempt == 1 {
+			*failed = len(again)
+		}
+		if len(again) == 0 {
+			return nil
+		}
+		if attempt == reconcileAttempts {
+			return fmt.Errorf("%d batches still failing after %d attempts: %w", len(again), attempt, last)
+		}
+		// Like the fallback layer, send the failed batches again with the
+		// same IDs: one that was applied counts once.
+		batches = again
+	}
+}
+
+// reconcileAttempts bounds the retries of failed batches.
+const reconcileAttempts = 5

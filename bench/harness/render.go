@@ -1,0 +1,466 @@
+package harness
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/holdfast/holdfast/bench/stats"
+)
+
+// Report is one run's figures.
+type Report struct {
+	Config  Config
+	Machine Machine
+	// Command is the command line that produced the report.
+	Command string
+	Started time.Time
+	Took    time.Duration
+	// LoadEnd is the load average when the run ended.
+	LoadEnd string
+	// Notes are irregularities of this run.
+	Notes []string
+
+	Throughput *throughputResult
+	Local      *localResult
+	Outage     *outageResult
+	Reconcile  *reconcileResult
+	Memory     *memoryResult
+	Ceiling    *ceilingResult
+}
+
+// md builds markdown.
+type md struct{ strings.Builder }
+
+func (b *md) line(format string, args ...any) { fmt.Fprintf(b, format+"\n", args...) }
+
+func (b *md) table(header []string, rows [][]string) {
+	b.line("| %s |", strings.Join(header, " | "))
+	seps := make([]string, len(header))
+	for i := range seps {
+		seps[i] = "---"
+		if i > 0 {
+			seps[i] = "--:"
+		}
+	}
+	b.line("| %s |", strings.Join(seps, " | "))
+	for _, r := range rows {
+		b.line("| %s |", strings.Join(r, " | "))
+	}
+	b.line("")
+}
+
+// Markdown renders the whole report (BENCHMARKS.md).
+func (r *Report) Markdown() string {
+	var b md
+	b.line("# holdfast benchmarks")
+	b.line("")
+	b.line("> **Figures from one machine, shared and noisy** — a 2-core VM that other work may use at the same")
+	b.line("> time. Absolute numbers will differ elsewhere; the ratios, measured in the same run with the")
+	b.line("> limiters interleaved (A B A B …), are what carries over. Rerun with `make bench`.")
+	b.line("")
+	r.machine(&b)
+	r.targets(&b)
+	r.throughputMD(&b)
+	r.denialMD(&b)
+	r.localMD(&b)
+	r.outageMD(&b)
+	r.reconcileMD(&b)
+	r.memoryMD(&b)
+	r.ceilingMD(&b)
+	return b.String()
+}
+
+func (r *Report) machine(b *md) {
+	m := r.Machine
+	b.line("## Machine and command")
+	b.line("")
+	b.line("- CPU: %d × %s (GOMAXPROCS %d); memory %s; Linux %s", m.CPUs, m.Model, m.GOMAXPROCS, m.MemTotal, m.Kernel)
+	b.line("- %s; %s", m.GoVersion, m.Redis)
+	b.line("- Redis: one `redis-server` started by the harness on a free 127.0.0.1 port, no persistence;")
+	b.line("  the harness (clients) and Redis share the 2 cores.")
+	b.line("- Command: `%s`", r.Command)
+	b.line("- Started %s, took %v. Each figure is the median of %d runs, shown as median (min–max).",
+		r.Started.UTC().Format(time.RFC3339), r.Took.Round(time.Second), r.Config.Reps)
+	b.line("- Load average (1/5/15 min) at the start: %s; at the end: %s (on 2 cores: above 2 means other", m.Load, r.LoadEnd)
+	b.line("  work competed with the run).")
+	for _, n := range r.Notes {
+		b.line("- Note: %s", n)
+	}
+	b.line("")
+}
+
+// fmtRate prints a rate with a k/M suffix.
+func fmtRate(v float64) string {
+	switch {
+	case v >= 1e6:
+		return fmt.Sprintf("%.2fM", v/1e6)
+	case v >= 1e3:
+		return fmt.Sprintf("%.1fk", v/1e3)
+	}
+	return fmt.Sprintf("%.0f", v)
+}
+
+// fmtDur prints a duration with three significant digits.
+func fmtDur(d time.Duration) string {
+	switch {
+	case d >= time.Second:
+		return fmt.Sprintf("%.2fs", d.Seconds())
+	case d >= time.Millisecond:
+		return fmt.Sprintf("%.2fms", float64(d)/1e6)
+	case d >= time.Microsecond:
+		return fmt.Sprintf("%.0fµs", float64(d)/1e3)
+	}
+	return fmt.Sprintf("%dns", d.Nanoseconds())
+}
+
+func fmtSpread(s stats.Summary, f func(float64) string) string {
+	if s.N == 0 {
+		return "–"
+	}
+	if s.N == 1 {
+		return f(s.Median)
+	}
+	return fmt.Sprintf("%s (%s–%s)", f(s.Median), f(s.Min), f(s.Max))
+}
+
+func durF(v float64) string { return fmtDur(time.Duration(v)) }
+
+func ratioF(v float64) string { return fmt.Sprintf("%.2f×", v) }
+
+// pick maps runs to one figure each.
+func pick[T any](runs []T, f func(T) float64) []float64 {
+	out := make([]float64, len(runs))
+	for i, x := range runs {
+		out[i] = f(x)
+	}
+	return out
+}
+
+// pairedRatio is the spread of a[i]/b[i] over runs taken in the same
+// repetition.
+func pairedRatio(a, b []float64) stats.Summary {
+	n := min(len(a), len(b))
+	rs := make([]float64, 0, n)
+	for i := range n {
+		if b[i] > 0 {
+			rs = append(rs, a[i]/b[i])
+		}
+	}
+	return stats.Summarize(rs)
+}
+
+func perSec(s runStat) float64 { return s.PerSec }
+func p50(s runStat) float64    { return float64(s.P50) }
+func p99(s runStat) float64    { return float64(s.P99) }
+
+func (r *Report) throughputMD(b *md) {
+	t := r.Throughput
+	if t == nil || len(t.Impls) == 0 {
+		return
+	}
+	b.line("## 1. Decisions per second through Redis")
+	b.line("")
+	b.line("G callers in a closed loop, each deciding as soon as its last decision returned, for %v per run", r.Config.Duration)
+	b.line("(after a %v unmeasured warm-up). Every decision admits (token bucket: capacity %d, %d/s;", r.Config.Warmup, hiLimit, hiPerSec)
+	b.line("sliding window: %d per 1 s; redis_rate: %d/s burst %d; ulule: %d per 1 s), so every limiter runs its", hiLimit, hiPerSec, hiLimit, hiLimit)
+	b.line("full write path. holdfast rows use `core.Limiter` over the backend; \"fallback\" is the whole outage-proof")
+	b.line("stack (`fallback.Limiter`: breaker, 50 ms call deadline, known-state bookkeeping). go-redis clients have")
+	b.line("go-redis's default pool (10 per GOMAXPROCS = 20 connections): holdfast's via `goredis.NewClient`, the")
+	b.line("peers' via `redis.NewClient` as their users build it. Ratios are to redis_rate, paired run by run.")
+	b.line("")
+	for _, hot := range r.Config.keysets() {
+		b.line("### %s: decisions/s, median (ratio to redis_rate)", keysetName(hot))
+		b.line("")
+		header := []string{"limiter"}
+		for _, g := range t.Gs {
+			header = append(header, fmt.Sprintf("G=%d", g))
+		}
+		var rows [][]string
+		for _, im := range t.Impls {
+			row := []string{im}
+			for _, g := range t.Gs {
+				runs := t.Runs[cell{Impl: im, G: g, Hot: hot}]
+				s := stats.Summarize(pick(runs, perSec))
+				cellText := fmtRate(s.Median)
+				if anyDegraded(runs) {
+					cellText += "†"
+				}
+				if base, ok := t.Runs[cell{Impl: implRedisRate, G: g, Hot: hot}]; ok && im != implRedisRate {
+					cellText += fmt.Sprintf(" (%s)", ratioF(pairedRatio(pick(runs, perSec), pick(base, perSec)).Median))
+				}
+				row = append(row, cellText)
+			}
+			rows = append(rows, row)
+		}
+		b.table(header, rows)
+	}
+	b.line("† More than 1%% of the decisions in a run were degraded (decided locally because the breaker opened): not a")
+	b.line("Redis figure. See the detail table.")
+	b.line("")
+	b.line("### Detail: min/median/max over runs")
+	b.line("")
+	b.line("Redis CPU/decision is Redis's user+sys CPU time (INFO cpu) over the run divided by decisions; script is")
+	b.line("EVALSHA's own `usec_per_call` (INFO commandstats); client CPU/decision is the harness process's user+sys")
+	b.line("time (getrusage) per decision: the client library plus about 0.2 µs of the harness's own timing. On 2 shared")
+	b.line("cores, Redis CPU + client CPU per decision is what bounds decisions/s. Errors and degraded (decided locally)")
+	b.line("count decisions.")
+	b.line("")
+	header := []string{"limiter", "keys", "G", "decisions/s", "ratio to redis_rate", "p50", "p99", "Redis CPU/decision", "script", "client CPU/decision", "errors", "degraded"}
+	var rows [][]string
+	for _, hot := range r.Config.keysets() {
+		for _, im := range t.Impls {
+			for _, g := range t.Gs {
+				runs := t.Runs[cell{Impl: im, G: g, Hot: hot}]
+				ratio := "–"
+				if base, ok := t.Runs[cell{Impl: implRedisRate, G: g, Hot: hot}]; ok && im != implRedisRate {
+					ratio = fmtSpread(pairedRatio(pick(runs, perSec), pick(base, perSec)), ratioF)
+				}
+				var errs, deg int64
+				for _, s := range runs {
+					errs += s.Errs
+					deg += s.Degraded
+				}
+				rows = append(rows, []string{
+					im, keysetName(hot), fmt.Sprint(g),
+					fmtSpread(stats.Summarize(pick(runs, perSec)), fmtRate), ratio,
+					fmtSpread(stats.Summarize(pick(runs, p50)), durF),
+					fmtSpread(stats.Summarize(pick(runs, p99)), durF),
+					fmt.Sprintf("%.1fµs", stats.Summarize(pick(runs, func(s runStat) float64 { return s.RedisUsPerOp })).Median),
+					fmt.Sprintf("%.2fµs", stats.Summarize(pick(runs, func(s runStat) float64 { return s.ScriptUs })).Median),
+					fmt.Sprintf("%.1fµs", stats.Summarize(pick(runs, func(s runStat) float64 { return s.ClientUsPerOp })).Median),
+					fmt.Sprint(errs), fmt.Sprint(deg),
+				})
+			}
+		}
+	}
+	b.table(header, rows)
+	b.line("A run with degraded decisions is not a Redis figure: the breaker opened (3 calls slower than 40 ms, or failed)")
+	b.line("and those decisions were local, at memory speed.")
+	b.line("")
+	if errs := firstErrors(t.Runs); errs != "" {
+		b.line("First errors: %s", errs)
+		b.line("")
+	}
+}
+
+// anyDegraded reports a run with more than 1% degraded decisions.
+func anyDegraded(runs []runStat) bool {
+	for _, s := range runs {
+		if s.Degraded*100 > s.Ops {
+			return true
+		}
+	}
+	return false
+}
+
+func firstErrors(runs map[cell][]runStat) string {
+	var out []string
+	for c, rs := range runs {
+		for _, s := range rs {
+			if s.FirstErr != nil {
+				out = append(out, fmt.Sprintf("%s G=%d: %v", c.Impl, c.G, s.FirstErr))
+				break
+			}
+		}
+	}
+	if len(out) > 5 {
+		out = append(out[:5], fmt.Sprintf("and %d more", len(out)-5))
+	}
+	return strings.Join(out, "; ")
+}
+
+func (r *Report) denialMD(b *md) {
+	if r.Throughput == nil || len(r.Throughput.Denial.Impls) == 0 {
+		return
+	}
+	d := &r.Throughput.Denial
+	b.line("## 1b. A hot key far past its limit (denial memory)")
+	b.line("")
+	b.line("One key, a token bucket of capacity 1 refilled every 10 s, hammered by G callers for %v per run: nearly", r.Config.Duration)
+	b.line("every decision is a denial. `fallback.Limiter` on rueidis with its denial memory (the default) against the")
+	b.line("same limiter with `NoDenialMemory: true` (every decision a Redis round trip), and redis_rate on a denied key.")
+	b.line("Ratio is to NoDenialMemory, paired run by run.")
+	b.line("")
+	header := []string{"limiter", "G", "decisions/s", "ratio to Redis path", "p50", "p99", "denied", "errors"}
+	var rows [][]string
+	for _, g := range d.Gs {
+		base := d.Runs[cell{Impl: implDenyNoMemory, G: g, Hot: true}]
+		for _, im := range d.Impls {
+			runs := d.Runs[cell{Impl: im, G: g, Hot: true}]
+			var ops, denied, errs int64
+			for _, s := range runs {
+				ops += s.Ops
+				denied += s.Denied
+				errs += s.Errs
+			}
+			ratio := "–"
+			if im != implDenyNoMemory && len(base) > 0 {
+				ratio = fmtSpread(pairedRatio(pick(runs, perSec), pick(base, perSec)), ratioF)
+			}
+			rows = append(rows, []string{im, fmt.Sprint(g), fmtSpread(stats.Summarize(pick(runs, perSec)), fmtRate), ratio,
+				fmtSpread(stats.Summarize(pick(runs, p50)), durF), fmtSpread(stats.Summarize(pick(runs, p99)), durF),
+				fmt.Sprintf("%.4f%%", 100*float64(denied)/float64(max(ops, 1))), fmt.Sprint(errs)})
+		}
+	}
+	b.table(header, rows)
+}
+
+func (r *Report) localMD(b *md) {
+	l := r.Local
+	if l == nil || len(l.Impls) == 0 {
+		return
+	}
+	b.line("## 2. The local path (no Redis)")
+	b.line("")
+	b.line("Token bucket, capacity %d at %d/s (every decision admits), GOMAXPROCS = P with P goroutines deciding", localCap, localPerSec)
+	b.line("at once for %v per run (like `go test -cpu 1,2` with RunParallel): ns/op is wall time per decision.", r.Config.LocalDuration)
+	b.line("allocs/op and B/op from runtime.MemStats over the run. Every key was seen once before measuring.")
+	b.line("The degraded path is `fallback.Limiter` with its breaker open (`BreakerOptions{Start: fallback.Open}`,")
+	b.line("never started): lease decision plus outage log. Ratio is to x/time/rate, paired run by run.")
+	b.line("")
+	header := []string{"limiter", "P", "keys", "ns/op", "ratio to x/time/rate", "allocs/op", "B/op"}
+	var rows [][]string
+	for _, hot := range r.Config.keysets() {
+		for _, p := range l.Procs {
+			base := l.Runs[localCell{Impl: implLocalXRate, Procs: p, Hot: hot}]
+			for _, im := range l.Impls {
+				runs := l.Runs[localCell{Impl: im, Procs: p, Hot: hot}]
+				ns := pick(runs, func(s localStat) float64 { return s.NsPerOp })
+				ratio := "–"
+				if im != implLocalXRate && len(base) > 0 {
+					ratio = fmtSpread(pairedRatio(ns, pick(base, func(s localStat) float64 { return s.NsPerOp })), ratioF)
+				}
+				rows = append(rows, []string{im, fmt.Sprint(p), keysetName(hot),
+					fmtSpread(stats.Summarize(ns), func(v float64) string { return fmt.Sprintf("%.0f", v) }), ratio,
+					fmt.Sprintf("%.2f", stats.Summarize(pick(runs, func(s localStat) float64 { return s.AllocsPerOp })).Median),
+					fmt.Sprintf("%.0f", stats.Summarize(pick(runs, func(s localStat) float64 { return s.BytesPerOp })).Median)})
+			}
+		}
+	}
+	b.table(header, rows)
+}
+
+func (r *Report) outageMD(b *md) {
+	o := r.Outage
+	if o == nil {
+		return
+	}
+	b.line("## 3. Decision latency during an outage")
+	b.line("")
+	b.line("`fallback.Limiter` with **call deadline %v** (`BreakerOptions.CallTimeout`; breaker opens after 3 failed", o.CallTimeout)
+	b.line("or slow calls). %d callers, each deciding every %v on 1000 keys; every decision started in the %v", o.G, o.Pace, o.Window)
+	b.line("after the signal is recorded. SIGKILL: Redis is then restarted empty on the same port. SIGSTOP: SIGCONT")
+	b.line("after the window. \"back after\" is from the restart/SIGCONT until the breaker is closed again")
+	b.line("(probe every 1 s, replay, recovery barrier). %d runs per fault; latencies are median (min–max) over runs.", o.Reps)
+	b.line("")
+	header := []string{"backend", "fault", "p50", "p99", "max", "decisions", "> deadline", "degraded", "errors", "back after"}
+	var rows [][]string
+	for _, bk := range o.Backends {
+		for _, f := range o.Faults {
+			runs := o.Runs[outageCell{Backend: bk, Fault: f}]
+			var ops, over, deg, errs int64
+			for _, s := range runs {
+				ops += s.Ops
+				over += s.OverDeadline
+				deg += s.Degraded
+				errs += s.Errs
+			}
+			rows = append(rows, []string{bk, f,
+				fmtSpread(stats.Summarize(pick(runs, func(s outageStat) float64 { return float64(s.P50) })), durF),
+				fmtSpread(stats.Summarize(pick(runs, func(s outageStat) float64 { return float64(s.P99) })), durF),
+				fmtSpread(stats.Summarize(pick(runs, func(s outageStat) float64 { return float64(s.Max) })), durF),
+				fmt.Sprint(ops), fmt.Sprint(over),
+				fmt.Sprintf("%.1f%%", 100*float64(deg)/float64(max(ops, 1))), fmt.Sprint(errs),
+				fmtSpread(stats.Summarize(pick(runs, func(s outageStat) float64 { return float64(s.Recovery) })), durF)})
+		}
+	}
+	b.table(header, rows)
+}
+
+func (r *Report) reconcileMD(b *md) {
+	rc := r.Reconcile
+	if rc == nil {
+		return
+	}
+	b.line("## 4. Reconciliation")
+	b.line("")
+	b.line("An outage log of N keys, one batch of %d grants per key, replayed by `reconcile.New(reconcile.Options{}).Reconcile`", rc.Grants)
+	b.line("into an empty Redis through each backend's store (pipelined `RunMany`). Only the replay is timed; batches that")
+	b.line("fail (a pipeline past the client's 50 ms read deadline: unknown outcome) are sent again with the same IDs, as the")
+	b.line("fallback layer does, and the time includes that. \"failed\" counts first-attempt failures over all runs; \"Redis")
+	b.line("CPU/key\" is Redis's user+sys CPU time (INFO cpu) during the replay per key: the floor on replay time on one core.")
+	b.line("")
+	header := []string{"algorithm", "keys"}
+	for _, bk := range rc.Backends {
+		header = append(header, bk, bk+" keys/s", bk+" Redis CPU/key", bk+" failed")
+	}
+	var rows [][]string
+	for _, alg := range rc.Algs {
+		for _, n := range rc.Sizes {
+			row := []string{alg, fmt.Sprint(n)}
+			for _, bk := range rc.Backends {
+				runs := rc.Runs[reconcileCell{Backend: bk, Alg: alg, Keys: n}]
+				s := stats.Summarize(pick(runs, func(d time.Duration) float64 { return float64(d) }))
+				c := reconcileCell{Backend: bk, Alg: alg, Keys: n}
+				row = append(row, fmtSpread(s, durF), fmtRate(float64(n)/time.Duration(s.Median).Seconds()),
+					fmt.Sprintf("%.1fµs", stats.Summarize(rc.RedisUsPerKey[c]).Median), fmt.Sprint(rc.Failed[c]))
+			}
+			rows = append(rows, row)
+		}
+	}
+	b.table(header, rows)
+}
+
+func (r *Report) memoryMD(b *md) {
+	m := r.Memory
+	if m == nil {
+		return
+	}
+	b.line("## 5. Redis memory per key")
+	b.line("")
+	b.line("%d keys, one decision each, on a fresh redis-server (jemalloc). MEMORY USAGE (SAMPLES 0) is the median over", m.Keys)
+	b.line("%d keys spread over the set (per-request rows: over 1000 keys, or the one large key); the used_memory delta", m.Sample)
+	b.line("includes Redis's keyspace and expiry dictionaries. Client keys are `k000000`…; the storage key name is shown.")
+	b.line("")
+	header := []string{"layout", "storage key", "MEMORY USAGE", "used_memory delta"}
+	var rows [][]string
+	for _, row := range m.Rows {
+		rows = append(rows, []string{row.Name, "`" + row.KeyExample + "`",
+			fmt.Sprintf("%.0f B", stats.Summarize(row.UsagePerKey).Median),
+			fmtSpread(stats.Summarize(row.DeltaPerKey), func(v float64) string { return fmt.Sprintf("%.1f B", v) })})
+	}
+	b.table(header, rows)
+}
+
+func (r *Report) ceilingMD(b *md) {
+	c := r.Ceiling
+	if c == nil {
+		return
+	}
+	b.line("## 6. The Redis ceiling")
+	b.line("")
+	b.line("`redis-benchmark` sending EVALSHA of holdfast's token-bucket script (loaded with SCRIPT LOAD; the arguments of")
+	b.line("section 1's token bucket), %d clients, %d requests per pipelined run and half that unpipelined; random keys", c.Clients, c.Requests)
+	b.line("via `__rand_int__` inside the hash tag. In each repetition holdfast on rueidis (token bucket, `core.Limiter`,")
+	b.line("G=64, same key set, %v) runs right after, and its fraction of the ceiling is paired run by run.", r.Config.Duration)
+	b.line("")
+	header := []string{"keys", "redis-benchmark -P 1", "redis-benchmark -P 16", "holdfast rueidis G=64", "holdfast / -P 1", "holdfast / -P 16"}
+	var rows [][]string
+	for _, hot := range r.Config.keysets() {
+		p1, p16, hf := c.Runs[ceilingCell{1, hot}], c.Runs[ceilingCell{16, hot}], c.HF[hot]
+		pct := func(v float64) string { return fmt.Sprintf("%.0f%%", 100*v) }
+		rows = append(rows, []string{keysetName(hot),
+			fmtSpread(stats.Summarize(p1), fmtRate), fmtSpread(stats.Summarize(p16), fmtRate), fmtSpread(stats.Summarize(hf), fmtRate),
+			fmtSpread(pairedRatio(hf, p1), pct), fmtSpread(pairedRatio(hf, p16), pct)})
+	}
+	b.table(header, rows)
+	b.line("Commands (one repetition):")
+	b.line("")
+	for _, hot := range r.Config.keysets() {
+		for _, p := range []int{1, 16} {
+			b.line("    %s", c.Commands[ceilingCell{p, hot}])
+		}
+	}
+	b.line("")
+}

@@ -2,6 +2,7 @@ package fallback
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -156,5 +157,40 @@ func TestOutageLogBound(t *testing.T) {
 	}
 	if again[0].ID == again[1].ID {
 		t.Fatal("two batches share an id")
+	}
+}
+
+// A hot token bucket key's grants are coalesced per millisecond, and a key
+// with many grants replays in batches of at most a thousand.
+func TestOutageLogSealBounds(t *testing.T) {
+	tb, _ := tokenbucket.Policy("tb", 100, 1)
+	sw, _ := slidingwindow.Policy("sw", 100_000, time.Minute)
+	g := newOutageLog("app1:x", 1<<20)
+	for i := range 3000 {
+		_ = g.add("hot", tb, core.Seed{}, core.Grant{Cost: 1, At: 1_000_000 + int64(i)})
+		_ = g.add("win", sw, core.Seed{}, core.Grant{ID: fmt.Sprint(i), Cost: 1, At: 1_000_000 + int64(i)})
+	}
+	batches := g.seal()
+	var hot, win, total int
+	ids := map[string]bool{}
+	for _, b := range batches {
+		ids[b.ID] = true
+		if len(b.Grants) > 1000 {
+			t.Fatalf("batch of %d grants", len(b.Grants))
+		}
+		for _, gr := range b.Grants {
+			total += int(gr.Cost)
+		}
+		if b.Key == "hot" {
+			hot += len(b.Grants)
+		} else {
+			win += len(b.Grants)
+		}
+	}
+	if hot != 3 || win != 3000 || total != 6000 || len(ids) != len(batches) || len(batches) != 4 {
+		t.Fatalf("hot %d grants, window %d grants, cost %d, %d batches, %d ids", hot, win, total, len(batches), len(ids))
+	}
+	if g.pending() != 3003 {
+		t.Fatalf("pending %d, want 3003", g.pending())
 	}
 }

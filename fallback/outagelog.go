@@ -93,8 +93,21 @@ func (g *outageLog) compactLocked(now int64) {
 	}
 }
 
+// maxBatchGrants bounds the grants of one batch: one replay script must stay
+// short, since Redis runs nothing else meanwhile.
+const maxBatchGrants = 1000
+
+// coalesceMicros is the span within which a token bucket key's grants are
+// charged as one, at the latest of their times, before replay: a hot key
+// admitting a million requests a second replays a thousand grants a second.
+// Charging later refills less, so coalescing never under-counts; it costs
+// at most one span of refill per group.
+const coalesceMicros = 1000
+
 // seal numbers the open batches and returns every batch not yet
-// acknowledged, oldest first.
+// acknowledged, oldest first. A token bucket key's grants are coalesced per
+// millisecond, and a key with more than maxBatchGrants grants is split into
+// several batches.
 func (g *outageLog) seal() []core.Batch {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -109,13 +122,41 @@ func (g *outageLog) seal() []core.Batch {
 		b := g.open[k]
 		delete(g.open, k)
 		slices.SortStableFunc(b.Grants, func(x, y core.Grant) int { return cmpInt(x.At, y.At) })
-		g.seq++
-		b.ID = g.prefix + ":" + strconv.FormatUint(g.seq, 10)
-		g.sealed = append(g.sealed, b)
+		if b.Policy.Algorithm().Name() == tokenbucket.Name {
+			n := len(b.Grants)
+			b.Grants = coalesce(b.Grants)
+			g.grants -= n - len(b.Grants)
+		}
+		for len(b.Grants) > 0 {
+			part := *b
+			part.Grants = b.Grants[:min(len(b.Grants), maxBatchGrants)]
+			b.Grants = b.Grants[len(part.Grants):]
+			g.seq++
+			part.ID = g.prefix + ":" + strconv.FormatUint(g.seq, 10)
+			g.sealed = append(g.sealed, &part)
+		}
 	}
 	out := make([]core.Batch, len(g.sealed))
 	for i, b := range g.sealed {
 		out[i] = *b
+	}
+	return out
+}
+
+// coalesce merges time-sorted grants that fall within coalesceMicros of the
+// first of their group into one, at the group's latest time.
+func coalesce(gs []core.Grant) []core.Grant {
+	out := gs[:0]
+	for i := 0; i < len(gs); {
+		g := gs[i]
+		start := g.At
+		j := i + 1
+		for ; j < len(gs) && gs[j].At-start < coalesceMicros; j++ {
+			g.Cost += gs[j].Cost
+			g.At = gs[j].At
+		}
+		out = append(out, g)
+		i = j
 	}
 	return out
 }

@@ -7,7 +7,7 @@
 -- nothing twice. Grants already outside the window are skipped.
 --
 -- KEYS[1]  the window sorted set, as in slidingwindow.lua
--- KEYS[2]  the batch marker: set NX in this same call
+-- KEYS[2]  the batch marker: set in this same call
 -- ARGV[1]  W, the window in microseconds
 -- ARGV[2]  marker TTL in milliseconds
 -- ARGV[3]  seed count, ARGV[4] seed time (us; 0: no seed), ARGV[5] seed
@@ -18,7 +18,8 @@
 --
 -- Reply: {1, units in the window after} when applied; {0, 0} when the batch
 --        was applied before.
-if not redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[2]) then
+-- The marker is checked first and set last (see tokenbucket.lua).
+if redis.call('EXISTS', KEYS[2]) == 1 then
   return {0, 0}
 end
 local W = tonumber(ARGV[1])
@@ -61,4 +62,5 @@ if top[2] then
   newest = math.max(newest, tonumber(top[2]))
   redis.call('PEXPIRE', KEYS[1], math.max(math.floor((newest + W - now) / 1000) + 1, 1))
 end
+redis.call('SET', KEYS[2], '1', 'PX', ARGV[2])
 return {1, redis.call('ZCARD', KEYS[1])}

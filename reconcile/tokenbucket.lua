@@ -13,8 +13,8 @@
 -- most one full bucket.
 --
 -- KEYS[1]  the bucket hash (fields c, t), as in tokenbucket.lua
--- KEYS[2]  the batch marker: set NX in this same call, so a retried batch
---          is a no-op
+-- KEYS[2]  the batch marker: set in this same call, so a retried batch is a
+--          no-op
 -- KEYS[3]  the merge log: a list, "base credit t" then "at cost" per grant
 -- ARGV[1]  C, capacity in tokens
 -- ARGV[2]  T, microseconds to refill one token
@@ -30,7 +30,10 @@
 --
 -- Reply: {1, credit, t} when applied; {0, 0, 0} when the batch was applied
 --        before.
-if not redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[3]) then
+-- The marker is checked first and set last: a script that fails midway
+-- (Redis does not roll back) leaves no marker, so the retry applies the batch
+-- again — at worst counted twice, never lost.
+if redis.call('EXISTS', KEYS[2]) == 1 then
   return {0, 0, 0}
 end
 local C = tonumber(ARGV[1])
@@ -50,7 +53,15 @@ else
   cur_c, cur_t = full, 0
 end
 
-local log = redis.call('LRANGE', KEYS[3], 0, -1)
+-- A merge log past MAXLOG entries is not read again: a batch then is charged
+-- against the stored bucket alone (conservative), so one call's work stays
+-- bounded on a hot key.
+local MAXLOG = 2000
+local log = {}
+local merging = redis.call('LLEN', KEYS[3]) <= MAXLOG
+if merging then
+  log = redis.call('LRANGE', KEYS[3], 0, -1)
+end
 local base_c, base_t = cur_c, cur_t
 local prev, all = {}, {}
 if #log > 0 then
@@ -68,7 +79,7 @@ if #log > 0 then
     prev[#prev + 1] = g
     all[#all + 1] = g
   end
-else
+elseif redis.call('EXISTS', KEYS[3]) == 0 then
   redis.call('RPUSH', KEYS[3], string.format('base %d %d', base_c, base_t))
   redis.call('PEXPIRE', KEYS[3], ARGV[6])
 end
@@ -76,7 +87,9 @@ local push = {}
 for i = 7, #ARGV, 2 do
   local g = {tonumber(ARGV[i]), tonumber(ARGV[i + 1])}
   all[#all + 1] = g
-  push[#push + 1] = string.format('%d %d', g[1], g[2])
+  if merging then
+    push[#push + 1] = string.format('%d %d', g[1], g[2])
+  end
   if #push >= 1000 then
     redis.call('RPUSH', KEYS[3], unpack(push))
     push = {}
@@ -128,4 +141,5 @@ if ttl < 1 then
   ttl = 1
 end
 redis.call('PEXPIRE', KEYS[1], ttl)
+redis.call('SET', KEYS[2], '1', 'PX', ARGV[3])
 return {1, c, t}

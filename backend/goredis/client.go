@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 
+	"github.com/holdfast/holdfast/internal/clientconf"
 	"github.com/holdfast/holdfast/internal/redact"
 )
 
@@ -51,21 +52,6 @@ type ClientOptions struct {
 	TLS *tls.Config
 }
 
-// withTLS merges o's TLS settings into the URL's (nil for redis://).
-func withTLS(fromURL *tls.Config, o ClientOptions) *tls.Config {
-	if fromURL == nil || o.TLS == nil {
-		return fromURL
-	}
-	c := o.TLS.Clone()
-	if c.ServerName == "" {
-		c.ServerName = fromURL.ServerName
-	}
-	if c.MinVersion == 0 {
-		c.MinVersion = tls.VersionTLS12
-	}
-	return c
-}
-
 // NewClient returns a client for a limiter on the redis:// or rediss:// URL
 // rawURL. The URL names a single node, e.g. "redis://:pw@host:6379/0". A URL
 // with extra seed nodes in addr parameters, such as
@@ -97,7 +83,7 @@ func NewClient(rawURL string, o ClientOptions) (redis.UniversalClient, error) {
 			return nil, fmt.Errorf("goredis: redis URL: %w", redact.URLError(rawURL, err))
 		}
 		tuneCluster(co, o)
-		co.TLSConfig = withTLS(co.TLSConfig, o)
+		co.TLSConfig = clientconf.MergeTLS(co.TLSConfig, o.TLS)
 		return redis.NewClusterClient(co), nil
 	}
 	so, err := redis.ParseURL(rawURL)
@@ -105,7 +91,7 @@ func NewClient(rawURL string, o ClientOptions) (redis.UniversalClient, error) {
 		return nil, fmt.Errorf("goredis: redis URL: %w", redact.URLError(rawURL, err))
 	}
 	tune(so, o)
-	so.TLSConfig = withTLS(so.TLSConfig, o)
+	so.TLSConfig = clientconf.MergeTLS(so.TLSConfig, o.TLS)
 	return redis.NewClient(so), nil
 }
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/holdfast/holdfast/internal/clientconf"
 	"github.com/holdfast/holdfast/internal/redact"
 )
 
@@ -49,21 +50,6 @@ type ClientOptions struct {
 	TLS *tls.Config
 }
 
-// withTLS merges o's TLS settings into the URL's (nil for redis://).
-func withTLS(fromURL *tls.Config, o ClientOptions) *tls.Config {
-	if fromURL == nil || o.TLS == nil {
-		return fromURL
-	}
-	c := o.TLS.Clone()
-	if c.ServerName == "" {
-		c.ServerName = fromURL.ServerName
-	}
-	if c.MinVersion == 0 {
-		c.MinVersion = tls.VersionTLS12
-	}
-	return c
-}
-
 // NewClient returns a client for a limiter on the redis:// or rediss:// URL
 // rawURL. The URL names a single node, e.g. "redis://:pw@host:6379/0". A URL
 // with extra seed nodes in addr parameters, such as
@@ -91,7 +77,7 @@ func NewClient(rawURL string, o ClientOptions) (rueidis.Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rueidis: redis URL: %w", redact.URLError(rawURL, err))
 	}
-	co.TLSConfig = withTLS(co.TLSConfig, o)
+	co.TLSConfig = clientconf.MergeTLS(co.TLSConfig, o.TLS)
 	co.Dialer.Timeout = pick(o.DialTimeout, co.Dialer.Timeout, DefaultDialTimeout)
 	co.ConnWriteTimeout = pick(o.ConnWriteTimeout, co.ConnWriteTimeout, DefaultConnWriteTimeout)
 	co.Dialer.KeepAlive = pick(o.KeepAlive, co.Dialer.KeepAlive, DefaultKeepAlive)

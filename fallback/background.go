@@ -116,7 +116,7 @@ func (l *Limiter) recover(ctx context.Context) error {
 	if err := l.reconcile(ctx); err != nil {
 		return err
 	}
-	ahead := 2*l.o.probeInterval() + 2*l.o.callTimeout()
+	ahead := 2*l.breaker.ProbeInterval() + 2*l.breaker.CallTimeout()
 	cctx, cancel := context.WithTimeout(ctx, l.breaker.CallTimeout())
 	raw, err := l.store.Run(cctx, recoveryScript, []string{l.o.Prefix + "{recovery}"}, []string{strconv.FormatInt(ahead.Microseconds(), 10)})
 	cancel()
@@ -134,20 +134,6 @@ func (l *Limiter) recover(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-func (o *Options) probeInterval() time.Duration {
-	if o.Breaker.ProbeInterval > 0 {
-		return o.Breaker.ProbeInterval
-	}
-	return time.Second
-}
-
-func (o *Options) callTimeout() time.Duration {
-	if o.Breaker.CallTimeout > 0 {
-		return o.Breaker.CallTimeout
-	}
-	return 50 * time.Millisecond
 }
 
 // reconcile replays the outage log until it is empty: grants keep arriving

@@ -230,6 +230,9 @@ func (b *Breaker) Generation() uint64 {
 // CallTimeout returns the deadline callers should put on each Redis call.
 func (b *Breaker) CallTimeout() time.Duration { return b.opt.CallTimeout }
 
+// ProbeInterval is how often the probe loop checks Redis while Open.
+func (b *Breaker) ProbeInterval() time.Duration { return b.opt.ProbeInterval }
+
 // Cause returns the error that last opened the breaker, or nil if it has not
 // opened since it was made.
 func (b *Breaker) Cause() error {

@@ -143,11 +143,7 @@ func New(store core.Store, o Options) (*Limiter, error) {
 	if err := o.defaults(); err != nil {
 		return nil, err
 	}
-	if o.Reconcile.MergeWindow == 0 {
-		// The merge log closes a call deadline before the recovery barrier.
-		o.Reconcile.MergeWindow = 2*o.probeInterval() + o.callTimeout()
-	}
-	l := &Limiter{store: store, o: o, rec: reconcile.New(o.Reconcile), flushNow: make(chan struct{}, 1)}
+	l := &Limiter{store: store, o: o, flushNow: make(chan struct{}, 1)}
 	l.members = o.Prefix + "{members}"
 	l.instances.Store(int64(o.ExpectedInstances))
 	leases, err := memory.New(memory.Options{MaxBytes: o.LeaseBytes, Clock: l.storeNow})
@@ -164,10 +160,9 @@ func New(store core.Store, o Options) (*Limiter, error) {
 	}
 	user := bo.OnStateChange
 	bo.OnStateChange = func(from, to State) {
-		// A lease lives from the first local decision of an outage (often a
-		// failed call while the breaker is still closed) until Redis has the
-		// outage's usage: the next outage starts new leases from new known
-		// states.
+		// Grants are replayed at once only while recovering; the instance
+		// count may fall only once the breaker has been closed a while; the
+		// grants made while closing are flushed right after.
 		if to != Reconciling {
 			l.confirming.Store(false)
 		}
@@ -186,6 +181,12 @@ func New(store core.Store, o Options) (*Limiter, error) {
 	if l.breaker, err = NewBreaker(bo); err != nil {
 		return nil, err
 	}
+	ro := o.Reconcile
+	if ro.MergeWindow == 0 {
+		// The merge log closes a call deadline before the recovery barrier.
+		ro.MergeWindow = 2*l.breaker.ProbeInterval() + l.breaker.CallTimeout()
+	}
+	l.rec = reconcile.New(ro)
 	if o.StateDir != "" {
 		if err := l.loadState(); err != nil {
 			return nil, err
@@ -342,11 +343,7 @@ func (l *Limiter) observe(skey string, p core.Policy, cost int64, sent time.Time
 func (l *Limiter) local(ctx context.Context, p core.Policy, skey string, cost int64, id string) (core.Result, error) {
 	switch l.o.OutageModes[p.Name()] {
 	case FailClosed:
-		retry := l.o.Breaker.ProbeInterval
-		if retry == 0 {
-			retry = time.Second
-		}
-		return core.Result{Limit: p.Limit(), RetryAfter: retry, Mode: core.ModeFailClosed, Degraded: true}, nil
+		return core.Result{Limit: p.Limit(), RetryAfter: l.breaker.ProbeInterval(), Mode: core.ModeFailClosed, Degraded: true}, nil
 	case FailOpen:
 		g := core.Grant{ID: id, Cost: cost, At: l.storeNow().UnixMicro()}
 		if err := l.log.add(skey, p, core.Seed{}, g); err != nil {

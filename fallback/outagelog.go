@@ -1,6 +1,7 @@
 package fallback
 
 import (
+	"cmp"
 	"errors"
 	"slices"
 	"strconv"
@@ -121,7 +122,7 @@ func (g *outageLog) seal() []core.Batch {
 	for _, k := range keys {
 		b := g.open[k]
 		delete(g.open, k)
-		slices.SortStableFunc(b.Grants, func(x, y core.Grant) int { return cmpInt(x.At, y.At) })
+		slices.SortStableFunc(b.Grants, func(x, y core.Grant) int { return cmp.Compare(x.At, y.At) })
 		if b.Policy.Algorithm().Name() == tokenbucket.Name {
 			n := len(b.Grants)
 			b.Grants = coalesce(b.Grants)
@@ -193,16 +194,6 @@ func (g *outageLog) pending() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.grants
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // restore adds a sealed batch read back from the state dir.

@@ -91,9 +91,6 @@ type State struct {
 // Size is the state's size in bytes, for memory accounting.
 func (State) Size() int64 { return 16 }
 
-// Full returns the state of a full bucket of capacity c and interval t at now.
-func Full(c, t, now int64) State { return State{Credit: c * t, Last: now} }
-
 // Decide is the Go twin of tokenbucket.lua: given the bucket st (ok false
 // when the key holds nothing), the time now in microseconds, the capacity c,
 // the refill interval t in microseconds and the cost n, it returns the next

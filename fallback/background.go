@@ -17,9 +17,9 @@ import (
 )
 
 // probe is the breaker's health check: a PING when the store has one, else
-// a heartbeat.
+// (and for a shard's cell, whose PING might reach another node) a heartbeat.
 func (l *Limiter) probe(ctx context.Context) error {
-	if p, ok := l.store.(core.Pinger); ok {
+	if p, ok := l.store.(core.Pinger); ok && l.tag == "" {
 		return p.Ping(ctx)
 	}
 	return l.heartbeat(ctx)
@@ -118,7 +118,7 @@ func (l *Limiter) recover(ctx context.Context) error {
 	}
 	ahead := 2*l.breaker.ProbeInterval() + 2*l.breaker.CallTimeout()
 	cctx, cancel := context.WithTimeout(ctx, l.breaker.CallTimeout())
-	raw, err := l.store.Run(cctx, recoveryScript, []string{l.o.Prefix + "{recovery}"}, []string{strconv.FormatInt(ahead.Microseconds(), 10)})
+	raw, err := l.store.Run(cctx, recoveryScript, []string{l.barrier}, []string{strconv.FormatInt(ahead.Microseconds(), 10)})
 	cancel()
 	if err != nil {
 		return fmt.Errorf("fallback: recovery barrier: %w", err)
@@ -171,17 +171,32 @@ func (l *Limiter) reconcile(ctx context.Context) error {
 
 // Status is a snapshot of the Limiter for operators.
 type Status struct {
-	ID         string        `json:"id"`
-	Breaker    string        `json:"breaker"`
-	Instances  int64         `json:"instances"`
+	ID string `json:"id"`
+	// Breaker is the breaker's state; on Redis Cluster, the worst of the
+	// shards' (open, then reconciling, then closed).
+	Breaker string `json:"breaker"`
+	// Instances is the live instance count (on Cluster, the largest of the
+	// shards' counts).
+	Instances int64 `json:"instances"`
+	// PendingLog is the number of logged grants not yet replayed.
 	PendingLog int           `json:"pending_log"`
 	Reconciles uint64        `json:"reconciles"`
 	LastRecon  time.Duration `json:"last_reconcile_ns"`
+	// Shards holds each Cluster shard's own state; empty on a single node.
+	Shards []ShardStatus `json:"shards,omitempty"`
+}
+
+// ShardStatus is one Redis Cluster shard's breaker, instance count and log.
+type ShardStatus struct {
+	Slots      string `json:"slots"`
+	Breaker    string `json:"breaker"`
+	Instances  int64  `json:"instances"`
+	PendingLog int    `json:"pending_log"`
 }
 
 // Status returns the Limiter's state.
 func (l *Limiter) Status() Status {
-	return Status{
+	st := Status{
 		ID:         l.o.ID,
 		Breaker:    l.breaker.State().String(),
 		Instances:  l.instances.Load(),
@@ -189,9 +204,15 @@ func (l *Limiter) Status() Status {
 		Reconciles: l.reconciles.Load(),
 		LastRecon:  time.Duration(l.lastRecon.Load()),
 	}
+	if set := l.shards.Load(); set != nil {
+		set.status(&st)
+	}
+	return st
 }
 
-// Breaker returns the Limiter's circuit breaker.
+// Breaker returns the Limiter's circuit breaker: on Redis Cluster, the one
+// for the whole store, used only until the topology is known (Status.Shards
+// has each shard's state).
 func (l *Limiter) Breaker() *Breaker { return l.breaker }
 
 // savedBatch is a batch as written to the state dir.
@@ -207,6 +228,9 @@ type savedBatch struct {
 }
 
 func (l *Limiter) statePath() string {
+	if l.tag != "" {
+		return filepath.Join(l.o.StateDir, "holdfast-"+l.o.ID+"."+l.tag+".outage-log.json")
+	}
 	return filepath.Join(l.o.StateDir, "holdfast-"+l.o.ID+".outage-log.json")
 }
 

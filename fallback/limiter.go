@@ -115,7 +115,19 @@ type Limiter struct {
 	leases  *memory.Store
 	log     *outageLog
 	rec     *reconcile.Reconciler
-	members string
+
+	// Membership and recovery-barrier keys: "{members}" and "{recovery}",
+	// or, for a shard's cell, keys whose hash tag lies in that shard.
+	members, barrier string
+	// tag names a shard's cell ("" for the whole store); a cell probes with
+	// its heartbeat, which reaches its own shard, instead of a PING.
+	tag string
+	// shards, once the store's cluster topology is known, routes each key
+	// to the cell of its shard (see shards.go).
+	shards   atomic.Pointer[shardSet]
+	user     func(from, to State) // the caller's OnStateChange
+	notifyMu sync.Mutex
+	notified State // the state last reported to user
 
 	instances  atomic.Int64
 	offset     atomic.Int64 // store time minus local time, microseconds
@@ -136,6 +148,13 @@ var membersSource string
 var membersScript = core.NewScript("members", membersSource, nil)
 
 // New returns a Limiter over store, which should be a Redis backend.
+//
+// On Redis Cluster (a store implementing core.Sharded) the Limiter keeps one
+// circuit breaker, outage log, membership and recovery per shard, once Start
+// has read the topology: a failed master sends only its own keys to local
+// leases while the other shards keep deciding through Redis. Until the
+// topology is known (Redis unreachable at Start), one breaker covers the
+// whole store.
 func New(store core.Store, o Options) (*Limiter, error) {
 	if store == nil {
 		return nil, errors.New("fallback: nil store")
@@ -143,8 +162,17 @@ func New(store core.Store, o Options) (*Limiter, error) {
 	if err := o.defaults(); err != nil {
 		return nil, err
 	}
-	l := &Limiter{store: store, o: o, flushNow: make(chan struct{}, 1)}
-	l.members = o.Prefix + "{members}"
+	return newLimiter(store, o, "")
+}
+
+// newLimiter builds the Limiter for the whole store (tag "") or the cell of
+// one shard, whose membership and barrier keys carry the hash tag tag.
+func newLimiter(store core.Store, o Options, tag string) (*Limiter, error) {
+	l := &Limiter{store: store, o: o, tag: tag, flushNow: make(chan struct{}, 1)}
+	l.members, l.barrier = o.Prefix+"{members}", o.Prefix+"{recovery}"
+	if tag != "" {
+		l.members, l.barrier = o.Prefix+"{"+tag+"}members", o.Prefix+"{"+tag+"}recovery"
+	}
 	l.instances.Store(int64(o.ExpectedInstances))
 	leases, err := memory.New(memory.Options{MaxBytes: o.LeaseBytes, Clock: l.storeNow})
 	if err != nil {
@@ -158,7 +186,7 @@ func New(store core.Store, o Options) (*Limiter, error) {
 	if bo.Jitter == 0 {
 		bo.Jitter = time.Nanosecond // the recovery barrier spreads nothing: instances return together
 	}
-	user := bo.OnStateChange
+	l.user = bo.OnStateChange
 	bo.OnStateChange = func(from, to State) {
 		// Grants are replayed at once only while recovering; the instance
 		// count may fall only once the breaker has been closed a while; the
@@ -173,9 +201,13 @@ func New(store core.Store, o Options) (*Limiter, error) {
 			default:
 			}
 		}
-		l.o.Logger.Info("holdfast breaker", "instance", l.o.ID, "from", from.String(), "to", to.String(), "cause", fmt.Sprint(l.breaker.Cause()))
-		if user != nil {
-			user(from, to)
+		attrs := []any{"instance", l.o.ID, "from", from.String(), "to", to.String(), "cause", fmt.Sprint(l.breaker.Cause())}
+		if l.tag != "" {
+			attrs = append(attrs, "shard", l.tag)
+		}
+		l.o.Logger.Info("holdfast breaker", attrs...)
+		if l.tag != "" || l.shards.Load() == nil {
+			l.notify(to)
 		}
 	}
 	if l.breaker, err = NewBreaker(bo); err != nil {
@@ -241,6 +273,9 @@ func (l *Limiter) Start(ctx context.Context) error {
 		return err
 	}
 	l.wg.Go(func() { l.background(ctx) })
+	if sh := core.ShardedOf(l.store); sh != nil && l.tag == "" {
+		l.startShards(ctx, sh)
+	}
 	return nil
 }
 
@@ -251,12 +286,18 @@ func (l *Limiter) Close() error {
 		l.cancel()
 	}
 	l.wg.Wait()
+	var errs []error
+	if set := l.shards.Load(); set != nil {
+		for _, c := range set.cells {
+			errs = append(errs, c.Close())
+		}
+	}
 	l.breaker.Close()
 	defer l.leases.Close()
 	if l.o.StateDir != "" {
-		return l.saveState()
+		errs = append(errs, l.saveState())
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // Allow is shorthand for AllowN(ctx, p, key, 1).
@@ -272,6 +313,16 @@ func (l *Limiter) AllowN(ctx context.Context, p core.Policy, key string, cost in
 		return core.Result{}, err
 	}
 	skey := core.StorageKey(l.o.Prefix, p.Name(), key)
+	if set := l.shards.Load(); set != nil {
+		if c := set.cellFor(skey); c != nil {
+			return c.decide(ctx, p, skey, cost)
+		}
+	}
+	return l.decide(ctx, p, skey, cost)
+}
+
+// decide is AllowN for a checked request whose storage key is skey.
+func (l *Limiter) decide(ctx context.Context, p core.Policy, skey string, cost int64) (core.Result, error) {
 	gen, closed := l.breaker.Allow()
 	if closed && !l.o.NoDenialMemory {
 		if r, ok := l.recalled(skey, p, cost); ok {

@@ -13,7 +13,7 @@ import (
 // "error": a call that hit its deadline shows up in the top buckets.
 //
 // The returned store has exactly the optional capabilities of s
-// (core.Pinger, core.Pipeliner), so callers that look for them by type
+// (core.Pinger, core.Pipeliner; core.Sharded through Unwrap), so callers that look for them by type
 // assertion, such as the fallback layer's health probe and the
 // reconciler's pipelining, behave as they would with s itself.
 func (m *Metrics) Store(s core.Store) core.Store {
@@ -45,6 +45,10 @@ func (t *timed) observe(script string, start time.Time, err error) {
 	}
 	t.m.calls.WithLabelValues(script, outcome).Observe(time.Since(start).Seconds())
 }
+
+// Unwrap returns the wrapped store, so that its other optional interfaces
+// (core.Sharded) can be found with core.ShardedOf.
+func (t *timed) Unwrap() core.Store { return t.next }
 
 // Run times one script call.
 func (t *timed) Run(ctx context.Context, s *core.Script, keys, args []string) ([]int64, error) {

@@ -1,0 +1,36 @@
+package goredis
+
+import (
+	"context"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/holdfast/holdfast/core"
+)
+
+var _ core.Sharded = (*Store)(nil)
+
+// Shards returns the cluster's shards from CLUSTER SLOTS, grouped by master;
+// nil when the client is not a cluster client.
+func (s *Store) Shards(ctx context.Context) ([]core.Shard, error) {
+	cc, ok := s.c.(*redis.ClusterClient)
+	if !ok {
+		return nil, nil
+	}
+	slots, err := cc.ClusterSlots(ctx).Result()
+	if err != nil {
+		return nil, classify("CLUSTER SLOTS", err)
+	}
+	ranges := make([]core.ShardSlots, 0, len(slots))
+	for _, sl := range slots {
+		if len(sl.Nodes) == 0 {
+			return nil, core.Errorf(core.ErrMalformedReply, "CLUSTER SLOTS: range %d-%d has no master", sl.Start, sl.End)
+		}
+		id := sl.Nodes[0].ID
+		if id == "" {
+			id = sl.Nodes[0].Addr
+		}
+		ranges = append(ranges, core.ShardSlots{Master: id, Range: core.SlotRange{Start: sl.Start, End: sl.End}})
+	}
+	return core.GroupShards(ranges)
+}

@@ -1,0 +1,51 @@
+package core
+
+import (
+	"context"
+	"testing"
+)
+
+func TestHashSlot(t *testing.T) {
+	// Slots as Redis reports them with CLUSTER KEYSLOT.
+	for _, tc := range []struct {
+		key  string
+		slot int
+	}{
+		{"foo", 12182},
+		{"bar", 5061},
+		{"123456789", 12739}, // CRC16/XMODEM check value 0x31C3
+		{"{user1000}.following", 3443},
+		{"{user1000}.followers", 3443},
+		{"user1000", 3443},
+		{"foo{}{bar}", 8363}, // empty tag: the whole key
+		{"foo{{bar}}zap", 4015},
+		{"foo{bar}{zap}", 5061},
+		{"", 0},
+	} {
+		if got := HashSlot(tc.key); got != tc.slot {
+			t.Errorf("HashSlot(%q) = %d, want %d", tc.key, got, tc.slot)
+		}
+	}
+}
+
+type wrapped struct{ Store }
+
+func (w wrapped) Unwrap() Store { return w.Store }
+
+type shardedStore struct{ Store }
+
+func (shardedStore) Shards(context.Context) ([]Shard, error) { return []Shard{{ID: "a"}}, nil }
+
+func TestShardedOf(t *testing.T) {
+	if ShardedOf(nil) != nil {
+		t.Error("ShardedOf(nil) != nil")
+	}
+	var plain Store = wrapped{}
+	if ShardedOf(plain) != nil {
+		t.Error("a store that wraps nothing sharded was found sharded")
+	}
+	s := shardedStore{}
+	if sh := ShardedOf(wrapped{wrapped{s}}); sh == nil {
+		t.Error("a sharded store two wrappers deep was not found")
+	}
+}

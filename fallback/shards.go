@@ -1,0 +1,192 @@
+package fallback
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/holdfast/holdfast/core"
+)
+
+// shardSet routes each storage key to the cell of its Redis Cluster shard.
+// A cell is a Limiter of its own (breaker, leases, outage log, membership,
+// recovery barrier) over the same store, whose membership and barrier keys
+// hash into its shard; so each shard fails, degrades and recovers alone.
+//
+// The slot map is the one read at Start. A failover keeps a shard's slots
+// together (the replica takes them all), so the map stays right; slots moved
+// by resharding while the Limiter runs are still decided correctly (the
+// client follows the redirect) but under their old shard's breaker.
+type shardSet struct {
+	cells  []*Limiter
+	slots  []string // each cell's slot ranges, for Status
+	bySlot [core.SlotCount]int16
+}
+
+// cellFor returns the cell of skey's slot, or nil for a slot no shard served
+// when the topology was read (the whole-store breaker decides those).
+func (s *shardSet) cellFor(skey string) *Limiter {
+	if i := s.bySlot[core.HashSlot(skey)]; i >= 0 {
+		return s.cells[i]
+	}
+	return nil
+}
+
+// worst is the most degraded state among the cells.
+func (s *shardSet) worst() State {
+	w := Closed
+	for _, c := range s.cells {
+		switch st := c.breaker.State(); {
+		case st == Open:
+			return Open
+		case st == Reconciling:
+			w = Reconciling
+		}
+	}
+	return w
+}
+
+// status folds the cells' states into st.
+func (s *shardSet) status(st *Status) {
+	st.Breaker = s.worst().String()
+	for i, c := range s.cells {
+		cs := c.Status()
+		st.Instances = max(st.Instances, cs.Instances)
+		st.PendingLog += cs.PendingLog
+		st.Reconciles += cs.Reconciles
+		st.LastRecon = max(st.LastRecon, cs.LastRecon)
+		st.Shards = append(st.Shards, ShardStatus{Slots: s.slots[i], Breaker: cs.Breaker, Instances: cs.Instances, PendingLog: cs.PendingLog})
+	}
+}
+
+// startShards reads the cluster topology and starts a cell per shard. When
+// Redis cannot be reached now it tries again every heartbeat, and until then
+// the whole-store breaker decides every key.
+func (l *Limiter) startShards(ctx context.Context, sh core.Sharded) {
+	if l.tryShards(ctx, sh) {
+		return
+	}
+	l.wg.Go(func() {
+		t := time.NewTicker(l.o.Heartbeat)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if l.tryShards(ctx, sh) {
+					return
+				}
+			}
+		}
+	})
+}
+
+// tryShards reads the topology and installs the cells; it reports whether
+// it is done (installed, or the store is not a cluster).
+func (l *Limiter) tryShards(ctx context.Context, sh core.Sharded) bool {
+	cctx, cancel := context.WithTimeout(ctx, 4*l.breaker.CallTimeout())
+	shards, err := sh.Shards(cctx)
+	cancel()
+	if err != nil {
+		l.o.Logger.Warn("holdfast cluster topology", "instance", l.o.ID, "err", err)
+		return false
+	}
+	if len(shards) < 2 {
+		return true // one breaker is the right scope
+	}
+	set, err := l.newShardSet(ctx, shards)
+	if err != nil {
+		l.o.Logger.Warn("holdfast cluster topology", "instance", l.o.ID, "err", err)
+		return false
+	}
+	l.shards.Store(set)
+	l.cellChanged(Closed, Closed) // report the cells' state in place of the whole store's
+	l.o.Logger.Info("holdfast cluster", "instance", l.o.ID, "shards", len(set.cells), "slots", strings.Join(set.slots, " | "))
+	return true
+}
+
+// newShardSet builds and starts one cell per shard.
+func (l *Limiter) newShardSet(ctx context.Context, shards []core.Shard) (*shardSet, error) {
+	set := &shardSet{}
+	for i := range set.bySlot {
+		set.bySlot[i] = -1
+	}
+	for i, sh := range shards {
+		for _, r := range sh.Slots {
+			for s := r.Start; s <= r.End; s++ {
+				set.bySlot[s] = int16(i)
+			}
+		}
+	}
+	for i, sh := range shards {
+		tag, err := shardTag(sh.Slots, &set.bySlot, i)
+		if err != nil {
+			return nil, err
+		}
+		o := l.o
+		o.Breaker.OnStateChange = l.cellChanged
+		c, err := newLimiter(l.store, o, tag)
+		if err == nil {
+			err = c.Start(ctx)
+		}
+		if err != nil {
+			for _, c := range set.cells {
+				_ = c.Close()
+			}
+			return nil, fmt.Errorf("fallback: shard %s: %w", tag, err)
+		}
+		set.cells = append(set.cells, c)
+		set.slots = append(set.slots, formatSlots(sh.Slots))
+	}
+	return set, nil
+}
+
+// shardTag is the hash tag of cell i's membership and barrier keys: the
+// first "shard-N" whose slot is the shard's. Every instance computes the
+// same tag from the same topology, so they meet on the same keys.
+func shardTag(slots []core.SlotRange, bySlot *[core.SlotCount]int16, i int) (string, error) {
+	if len(slots) == 0 {
+		return "", fmt.Errorf("fallback: shard %d has no slots", i)
+	}
+	for n := 0; n < 1<<20; n++ {
+		tag := "shard-" + strconv.Itoa(n)
+		if bySlot[core.HashSlot(tag)] == int16(i) {
+			return tag, nil
+		}
+	}
+	return "", fmt.Errorf("fallback: no hash tag found for shard %d", i)
+}
+
+func formatSlots(rs []core.SlotRange) string {
+	parts := make([]string, len(rs))
+	for i, r := range rs {
+		parts[i] = strconv.Itoa(r.Start) + "-" + strconv.Itoa(r.End)
+	}
+	return strings.Join(parts, ",")
+}
+
+// cellChanged is each cell's OnStateChange: the caller's OnStateChange sees
+// the worst state among the shards.
+func (l *Limiter) cellChanged(_, _ State) {
+	if set := l.shards.Load(); set != nil {
+		l.notify(set.worst())
+	}
+}
+
+// notify reports state to the caller's OnStateChange if it differs from the
+// last one reported.
+func (l *Limiter) notify(state State) {
+	l.notifyMu.Lock()
+	defer l.notifyMu.Unlock()
+	if state == l.notified {
+		return
+	}
+	from := l.notified
+	l.notified = state
+	if l.user != nil {
+		l.user(from, state)
+	}
+}

@@ -1,0 +1,176 @@
+package fallback_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/holdfast/holdfast/algorithms/tokenbucket"
+	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/fallback"
+	"github.com/holdfast/holdfast/internal/redistest"
+)
+
+// modeCount counts one key's decisions by the path that made them, within
+// and outside a window of interest.
+type modeCount struct {
+	admitted           atomic.Int64
+	errors             atomic.Int64
+	inRedis, inLocal   atomic.Int64 // decisions made while the window was open
+	outRedis, outLocal atomic.Int64
+}
+
+// TestClusterShardScope kills one master of a 3-master cluster without
+// replicas, under load on a key in each shard: only the dead shard's key goes
+// to local leases, the two healthy shards' keys keep deciding through Redis
+// the whole time, and once the master is back every key returns to Redis and
+// stays within its bound.
+func TestClusterShardScope(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t, 3, 0, redistest.WithAOF())
+	p := must(tokenbucket.Policy("scope", 10, 20))
+	for _, backend := range []string{"goredis", "rueidis"} {
+		t.Run(backend, func(t *testing.T) {
+			in := startInstances(t, backend, c.URL(), 4, "")
+			waitShards(t, in, 3)
+
+			// One key per master.
+			keys := map[*redistest.Server]string{}
+			var order []*redistest.Server
+			for i := 0; len(keys) < 3 && i < 1000; i++ {
+				k := backend + "-k" + strconv.Itoa(i)
+				m := c.MasterFor(t, core.StorageKey("hf:", p.Name(), k))
+				if _, ok := keys[m]; !ok {
+					keys[m] = k
+					order = append(order, m)
+				}
+			}
+			if len(keys) != 3 {
+				t.Fatalf("found keys for %d masters, want 3", len(keys))
+			}
+			victim := order[0]
+			// The slot map agrees with the cluster's.
+			for i := range 50 {
+				k := core.StorageKey("hf:", p.Name(), fmt.Sprint("slot{}", i, "}x"))
+				if got, want := strconv.Itoa(core.HashSlot(k)), order[1].Do(t, "CLUSTER", "KEYSLOT", k); got != want {
+					t.Fatalf("HashSlot(%q) = %s, CLUSTER KEYSLOT says %s", k, got, want)
+				}
+			}
+
+			var window atomic.Bool
+			counts := map[string]*modeCount{}
+			for _, k := range keys {
+				counts[k] = &modeCount{}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 9*time.Second)
+			defer cancel()
+			start := time.Now()
+			var wg sync.WaitGroup
+			for _, k := range keys {
+				mc := counts[k]
+				for w := range 4 {
+					wg.Go(func() {
+						for n := w; ctx.Err() == nil; n++ {
+							r, err := in.lims[n%len(in.lims)].Allow(context.Background(), p, k)
+							inWin := window.Load()
+							switch {
+							case err != nil:
+								mc.errors.Add(1)
+							case r.Mode == core.ModeRedis && inWin:
+								mc.inRedis.Add(1)
+							case inWin:
+								mc.inLocal.Add(1)
+							case r.Mode == core.ModeRedis:
+								mc.outRedis.Add(1)
+							default:
+								mc.outLocal.Add(1)
+							}
+							if err == nil && r.Allowed {
+								mc.admitted.Add(1)
+							}
+							time.Sleep(2 * time.Millisecond)
+						}
+					})
+				}
+			}
+			// Kill the victim at 1.5 s; look from 2 s (the breakers have
+			// tripped) to 4.5 s; restart at 4.5 s.
+			time.Sleep(1500 * time.Millisecond)
+			victim.Kill()
+			time.Sleep(500 * time.Millisecond)
+			window.Store(true)
+			var st fallback.Status
+			time.Sleep(time.Second)
+			st = in.lims[0].Status()
+			time.Sleep(1500 * time.Millisecond)
+			window.Store(false)
+			victim.Restart(t)
+			wg.Wait()
+			elapsed := time.Since(start)
+			c.WaitHealthy(t, 20*time.Second)
+
+			open := 0
+			for _, s := range st.Shards {
+				if s.Breaker != "closed" {
+					open++
+				}
+			}
+			if st.Breaker != "open" || open != 1 {
+				t.Errorf("status during the outage: breaker %q, %d of %d shards not closed (%+v); want open, 1 of 3", st.Breaker, open, len(st.Shards), st.Shards)
+			}
+			b := bound(p, elapsed)
+			for m, k := range keys {
+				mc := counts[k]
+				r := float64(mc.admitted.Load()) / b
+				t.Logf("%s (victim %v): window redis %d local %d; outside redis %d local %d; admitted %d = %.3f of bound; errors %d",
+					k, m == victim, mc.inRedis.Load(), mc.inLocal.Load(), mc.outRedis.Load(), mc.outLocal.Load(), mc.admitted.Load(), r, mc.errors.Load())
+				if mc.errors.Load() != 0 {
+					t.Errorf("%s: %d errors reached callers", k, mc.errors.Load())
+				}
+				if m == victim {
+					if mc.inRedis.Load() != 0 || mc.inLocal.Load() == 0 {
+						t.Errorf("%s on the dead shard: %d decisions through Redis, %d local while it was down; want all local", k, mc.inRedis.Load(), mc.inLocal.Load())
+					}
+				} else if mc.inLocal.Load() != 0 || mc.inRedis.Load() == 0 {
+					t.Errorf("%s on a healthy shard: %d local decisions, %d through Redis while another shard was down; want all through Redis", k, mc.inLocal.Load(), mc.inRedis.Load())
+				}
+				if r > 1.05 || r < 0.85 {
+					t.Errorf("%s: admitted/bound = %.3f, want within [0.85, 1.05]", k, r)
+				}
+			}
+			// Every shard is back: each instance decides the victim's key
+			// through Redis again.
+			deadline := time.Now().Add(10 * time.Second)
+			for _, l := range in.lims {
+				for {
+					r, err := l.Allow(context.Background(), p, keys[victim])
+					if err == nil && r.Mode == core.ModeRedis {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("%s: the victim's key still decided %v (%v) 10 s after the restart", l.Status().ID, r.Mode, err)
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+			}
+		})
+	}
+}
+
+// waitShards waits until every instance has read the cluster topology.
+func waitShards(t *testing.T, in *instances, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for _, l := range in.lims {
+		for len(l.Status().Shards) != n {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d shards known, want %d", l.Status().ID, len(l.Status().Shards), n)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	"github.com/holdfast/holdfast/core"
 	"github.com/holdfast/holdfast/internal/redistest"
+	"github.com/holdfast/holdfast/storetest"
 )
 
 // TestClusterFailover runs 4 instances on a real 3-master/3-replica Redis
@@ -54,6 +55,26 @@ func TestClusterFailover(t *testing.T) {
 			if r > 1.05 || r < 0.85 {
 				t.Errorf("admitted/bound = %.3f, want within [0.85, 1.05]", r)
 			}
+		})
+	}
+}
+
+// clusterHarness makes stores on a Redis Cluster for the storetest suites.
+type clusterHarness struct{ backend, url string }
+
+func (h clusterHarness) MakeStore(t *testing.T) core.Store { return newStore(t, h.backend, h.url) }
+
+// TestClusterConformance runs the step tables (every script, no CROSSSLOT)
+// and the 4-instance accuracy test against a 3-master/3-replica cluster,
+// through both backends.
+func TestClusterConformance(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t, 3, 1)
+	for _, backend := range []string{"goredis", "rueidis"} {
+		h := clusterHarness{backend, c.URL()}
+		t.Run(backend, func(t *testing.T) {
+			t.Run("conformance", func(t *testing.T) { storetest.Run(t, h) })
+			t.Run("distributed", func(t *testing.T) { storetest.RunDistributed(t, h, 4, 2*time.Second) })
 		})
 	}
 }

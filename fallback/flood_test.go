@@ -22,6 +22,7 @@ func TestKeyFlood(t *testing.T) {
 	const maxLog = 100_000
 	p, _ := tokenbucket.Policy("flood", 10, 1)
 	ctx := context.Background()
+	rss0 := rssBytes()
 	for i := range instances {
 		runtime.GC()
 		var before runtime.MemStats
@@ -51,8 +52,12 @@ func TestKeyFlood(t *testing.T) {
 		runtime.ReadMemStats(&after)
 		grown := int64(after.HeapInuse) - int64(before.HeapInuse)
 		st := l.Status()
-		t.Logf("instance %d: %d keys, admitted %d, denied %d, outage log %d grants, heap +%d MiB",
-			i, perInstance, admitted, denied, st.PendingLog, grown>>20)
+		rss := rssBytes()
+		t.Logf("instance %d: %d keys, admitted %d, denied %d, outage log %d grants, heap +%d MiB, process RSS %d MiB (%+d MiB since the flood began)",
+			i, perInstance, admitted, denied, st.PendingLog, grown>>20, rss>>20, (rss-rss0)>>20)
+		note("Key flood during an outage (TestKeyFlood)", fmt.Sprintf(
+			"instance %d of %d: %d distinct keys, MaxLogGrants %d, LeaseBytes 32 MiB: admitted %d (all logged), denied %d at the log bound; heap +%d MiB; process RSS %d MiB",
+			i+1, instances, perInstance, maxLog, admitted, denied, grown>>20, rss>>20))
 		if st.PendingLog > maxLog || admitted != st.PendingLog {
 			t.Fatalf("log holds %d grants for %d admitted, bound %d: every admitted grant must be logged, within the bound", st.PendingLog, admitted, maxLog)
 		}
@@ -64,6 +69,13 @@ func TestKeyFlood(t *testing.T) {
 		// 100k logged grants of one key each, about 250 bytes apiece.
 		if grown > 32<<20*2+maxLog*300 {
 			t.Fatalf("heap grew %d MiB, beyond the bounds", grown>>20)
+		}
+		// The instances run one after another: even if the runtime returned
+		// nothing to the OS, RSS stays within the sum of their bounds, each
+		// doubled for the garbage collector's headroom (GOGC=100 lets the
+		// heap reach twice the live data before a collection).
+		if limit := int64(i+1) * 2 * (32<<20*2 + maxLog*300); rss0 > 0 && rss-rss0 > limit {
+			t.Fatalf("RSS grew %d MiB over %d instances, beyond the sum of their bounds (%d MiB)", (rss-rss0)>>20, i+1, limit>>20)
 		}
 		l.Close()
 	}

@@ -43,7 +43,7 @@ func record(fault, backend string, p core.Policy, ld *load, bound float64) {
 
 const reportHead = `# holdfast reliability
 
-Produced by ` + "`make reliability`" + ` (the fault tests of ` + "`fallback/outage_test.go`" + `
+Produced by ` + "`make chaos`" + ` (the fault tests of ` + "`fallback`" + `
 with HOLDFAST_RELIABILITY_OUT set), on the machine that ran it: real redis-server
 processes, 4 instances (each a ` + "`fallback.Limiter`" + ` with its own client) behind a
 round-robin "load balancer" of 4 goroutines sending a request every 2 ms — far above the
@@ -65,6 +65,9 @@ func TestMain(m *testing.M) {
 	if out := os.Getenv("HOLDFAST_RELIABILITY_OUT"); out != "" && len(rows) > 0 {
 		slices.Sort(rows)
 		text := reportHead + strings.Join(rows, "\n") + "\n\n" + reportTail
+		if n := notesText(); n != "" {
+			text += "\n## Other measurements\n\n" + n
+		}
 		if err := os.WriteFile(out, []byte(text), 0o644); err != nil {
 			fmt.Fprintln(os.Stderr, "reliability report:", err)
 			code = 1

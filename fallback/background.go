@@ -77,6 +77,11 @@ func (l *Limiter) background(ctx context.Context) {
 			continue
 		case <-t.C:
 		}
+		if l.shards.Load() != nil && l.log.pending() == 0 {
+			// The shards' cells decide every key now; this whole-store
+			// breaker only had a log to flush, and it is empty.
+			continue
+		}
 		gen, ok := l.breaker.Allow()
 		if !ok {
 			continue

@@ -4,8 +4,8 @@
 // nginx, kills Redis and brings it back, and checks and plots that the one
 // shared limit held.
 //
-//	holdfast-demo serve --listen ADDR --redis URL --backend goredis|rueidis --id NAME --config FILE --state-dir DIR
-//	holdfast-demo cluster [--instances 4] [--normal 10s] [--outage 10s] [--after 10s] [--out DIR]
+//	holdfast-demo serve --listen ADDR --redis URL [--redis-cluster] --backend goredis|rueidis --id NAME --config FILE --state-dir DIR
+//	holdfast-demo cluster [--instances 4] [--redis-cluster] [--normal 10s] [--outage 10s] [--after 10s] [--out DIR]
 //
 // Run either with -h for every flag.
 package main

@@ -7,6 +7,14 @@
 // per-second table; writes a report (SVG chart, HTML page, Markdown table);
 // and checks the invariants of DESIGN.md, failing with their names when
 // one broke.
+//
+// With --redis-cluster it starts a 3-master Redis Cluster (no replicas,
+// cluster-require-full-coverage no) instead of one redis-server, and the
+// outage kills only the master serving the heavy token-bucket client's key:
+// the instances keep one breaker per shard, so that key goes to local
+// leases while the other shards' keys keep deciding through Redis. The
+// summary then names the killed master and counts each key's decisions by
+// mode while it was down.
 package cluster
 
 import (
@@ -30,6 +38,10 @@ type Options struct {
 	Instances int
 	// Backend is the Redis client of the instances: goredis or rueidis.
 	Backend string
+	// RedisCluster runs a 3-master Redis Cluster instead of one
+	// redis-server, and kills the master of the heavy token-bucket client's
+	// key.
+	RedisCluster bool
 	// Normal, Outage and After are the three phases: load with Redis up,
 	// Redis killed, load after Redis restarted.
 	Normal, Outage, After time.Duration
@@ -59,6 +71,8 @@ func FlagSet(out io.Writer) (*flag.FlagSet, *Options) {
 	o := &Options{}
 	fs.IntVar(&o.Instances, "instances", 4, "serve instances behind nginx")
 	fs.StringVar(&o.Backend, "backend", "goredis", "Redis client of the instances: goredis or rueidis")
+	fs.BoolVar(&o.RedisCluster, "redis-cluster", false,
+		"run a 3-master Redis Cluster (no replicas) instead of one redis-server, and kill only the master of tb heavy's key")
 	fs.DurationVar(&o.Normal, "normal", 10*time.Second, "load with Redis up before the kill")
 	fs.DurationVar(&o.Outage, "outage", 10*time.Second, "how long Redis stays down")
 	fs.DurationVar(&o.After, "after", 10*time.Second, "load after Redis is back")
@@ -107,9 +121,12 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return Run(ctx, *o, stdout, stderr)
 }
 
+// demoPrefix is demoConfig's key prefix.
+const demoPrefix = "hf:"
+
 // demoConfig is the policies the instances enforce: the README's example.
 const demoConfig = `# Written by holdfast-demo cluster.
-prefix: "hf:"
+prefix: "` + demoPrefix + `"
 policies:
   - name: tb
     path: /api/tb
@@ -178,6 +195,9 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) (err error) {
 	fmt.Fprintln(stdout)
 	rec.WriteTable(stdout)
 	fmt.Fprintln(stdout)
+	for _, l := range rec.ClusterSummary() {
+		fmt.Fprintln(stdout, l)
+	}
 	for _, ch := range checks {
 		fmt.Fprintln(stdout, ch)
 	}

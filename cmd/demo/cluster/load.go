@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"sync"
@@ -38,6 +39,11 @@ type client struct {
 	series *Series
 	url    string
 	c      *counts
+	// down is set while Redis (or the killed master) is down; the requests
+	// sent meanwhile have their decisions counted by mode in outage.
+	down     *atomic.Bool
+	outageMu sync.Mutex
+	outage   map[string]int
 }
 
 // run sends the client's requests at rate per second from start for d, each
@@ -84,6 +90,7 @@ func (cl *client) do(ctx context.Context, hc *http.Client, sec int) {
 		return
 	}
 	req.Header.Set("X-Client-ID", cl.series.Client)
+	down := cl.down != nil && cl.down.Load()
 	resp, err := hc.Do(req)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -93,11 +100,24 @@ func (cl *client) do(ctx context.Context, hc *http.Client, sec int) {
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	var b body
+	if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusTooManyRequests {
+		if json.Unmarshal(raw, &b) != nil || b.Mode == "" {
+			b.Mode = "?"
+		}
+		if down {
+			cl.outageMu.Lock()
+			if cl.outage == nil {
+				cl.outage = map[string]int{}
+			}
+			cl.outage[b.Mode]++
+			cl.outageMu.Unlock()
+		}
+	}
 	switch {
 	case resp.StatusCode == http.StatusOK:
 		cl.c.admitted[sec].Add(1)
-		var b body
-		if json.Unmarshal(raw, &b) == nil && b.Mode == "local" {
+		if b.Mode == "local" {
 			cl.c.local[sec].Add(1)
 		}
 	case resp.StatusCode == http.StatusTooManyRequests:
@@ -115,6 +135,9 @@ func (cl *client) fill() {
 	s := cl.series
 	s.Admitted, s.Rejected = snapshot(cl.c.admitted), snapshot(cl.c.rejected)
 	s.Errors, s.ServerErrors, s.Local = snapshot(cl.c.errors), snapshot(cl.c.server), snapshot(cl.c.local)
+	cl.outageMu.Lock()
+	s.OutageModes = maps.Clone(cl.outage)
+	cl.outageMu.Unlock()
 }
 
 // drive runs every client from start for d and fills their series.

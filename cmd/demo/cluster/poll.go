@@ -29,6 +29,8 @@ type poller struct {
 	reconciled  time.Duration
 	recovered   time.Duration
 	lastBreaker []string
+	down        bool                      // between the kill and the restart
+	shardStates map[string]map[string]int // shard slots → breaker state → count, while down
 }
 
 func newPoller(urls []string, start time.Time, secs int) *poller {
@@ -73,10 +75,19 @@ func (p *poller) markKilled(ctx context.Context) {
 	}
 }
 
+// markDown records that Redis (or a master) was just killed: until
+// markRestarted the polls tally each shard's breaker states.
+func (p *poller) markDown() {
+	p.mu.Lock()
+	p.down = true
+	p.mu.Unlock()
+}
+
 // markRestarted records when Redis came back.
 func (p *poller) markRestarted(at time.Duration) {
 	p.mu.Lock()
 	p.restartAt = at
+	p.down = false
 	p.mu.Unlock()
 }
 
@@ -108,6 +119,17 @@ func (p *poller) once(ctx context.Context) {
 			state = st.Breaker
 		}
 		p.lastBreaker[i] = state
+		if p.down && ok[i] {
+			for _, sh := range st.Shards {
+				if p.shardStates == nil {
+					p.shardStates = map[string]map[string]int{}
+				}
+				if p.shardStates[sh.Slots] == nil {
+					p.shardStates[sh.Slots] = map[string]int{}
+				}
+				p.shardStates[sh.Slots][sh.Breaker]++
+			}
+		}
 		recon += st.Reconciles
 		pending += st.PendingLog
 		closed = closed && state == "closed"
@@ -150,4 +172,7 @@ func (p *poller) fill(r *Record) {
 		r.Breakers[s], prev = b, b
 	}
 	r.ReconciledAt, r.RecoveredAt = p.reconciled, p.recovered
+	if r.Cluster != nil {
+		r.Cluster.Breakers = p.shardStates
+	}
 }

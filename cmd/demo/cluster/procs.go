@@ -106,18 +106,23 @@ func findBinary(name, debianPackage string) (string, error) {
 		name, debianPackage, debianPackage)
 }
 
-// redisServer is the cluster's redis-server: killed and restarted on the
-// same port and directory, with the append-only file fsynced on every write
-// so a restart finds every write acknowledged before the kill.
+// redisServer is the cluster's redis-server, or one node of its Redis
+// Cluster: killed and restarted on the same port and directory, with the
+// append-only file fsynced on every write so a restart finds every write
+// acknowledged before the kill.
 type redisServer struct {
 	bin, dir string
 	port     int
+	cluster  bool // a Redis Cluster node (clusterNodeArgs)
 	p        *proc
 }
 
 func (r *redisServer) start(ctx context.Context) error {
 	args := []string{"--port", strconv.Itoa(r.port), "--bind", "127.0.0.1", "--dir", r.dir,
 		"--save", "", "--appendonly", "yes", "--appendfsync", "always", "--daemonize", "no"}
+	if r.cluster {
+		args = append(args, clusterNodeArgs...)
+	}
 	p, err := startProc("redis-server", filepath.Join(r.dir, "redis.log"), syscall.SIGKILL, r.bin, args...)
 	if err != nil {
 		return err

@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
@@ -79,6 +81,10 @@ type Series struct {
 	ServerErrors []int
 	// Local counts the admissions decided by a lease (mode local).
 	Local []int
+	// OutageModes counts the decisions (200 and 429 answers) of the
+	// requests sent while Redis, or the killed master, was down, by the
+	// mode each answer named (redis, local, fail_open, fail_closed).
+	OutageModes map[string]int
 }
 
 // Name returns "route client", e.g. "tb heavy".
@@ -122,6 +128,63 @@ type Record struct {
 	ReconciledAt, RecoveredAt time.Duration
 	// Final is each instance's /status at the end of the run.
 	Final []serve.Status
+	// Cluster describes the Redis Cluster of a --redis-cluster run; nil
+	// for one redis-server.
+	Cluster *ClusterRun
+}
+
+// ClusterRun is what a run on Redis Cluster adds to its Record.
+type ClusterRun struct {
+	// Masters are the cluster's masters, as CLUSTER SLOTS showed them
+	// before the load.
+	Masters []Master
+	// Killed is the index in Masters of the master that was killed: the one
+	// serving the heavy token-bucket client's key.
+	Killed int
+	// Keys holds each series' storage key (by Series.Name), and Slots its
+	// hash slot.
+	Keys  map[string]string
+	Slots map[string]int
+	// Breakers counts, per shard (by its slots as /status shows them), the
+	// breaker states the instances' /status showed while the master was
+	// down: one count per instance per poll.
+	Breakers map[string]map[string]int
+}
+
+// A Master is one Redis Cluster master and the slots it serves.
+type Master struct {
+	Addr  string
+	Slots []core.SlotRange
+}
+
+// SlotsString returns the master's slots as fallback's /status shows a
+// shard's: "0-5460", ranges joined by commas.
+func (m Master) SlotsString() string {
+	parts := make([]string, len(m.Slots))
+	for i, r := range m.Slots {
+		parts[i] = strconv.Itoa(r.Start) + "-" + strconv.Itoa(r.End)
+	}
+	return strings.Join(parts, ",")
+}
+
+// Serves reports whether the master serves slot.
+func (m Master) Serves(slot int) bool {
+	for _, r := range m.Slots {
+		if r.Start <= slot && slot <= r.End {
+			return true
+		}
+	}
+	return false
+}
+
+// MasterOf returns the index of the master serving slot, or -1.
+func (c *ClusterRun) MasterOf(slot int) int {
+	for i, m := range c.Masters {
+		if m.Serves(slot) {
+			return i
+		}
+	}
+	return -1
 }
 
 // Seconds is the number of whole or partial seconds the load ran.

@@ -102,7 +102,11 @@ func (r *Record) outageMarks(c *chart) {
 		}
 		fmt.Fprintf(c.w, `<rect class="outage" x="%.1f" y="%.0f" width="%.1f" height="%.0f" fill="#f9d6d5" stroke="none"/>`+"\n",
 			c.x(kill), c.top, c.x(restart)-c.x(kill), c.h)
-		fmt.Fprintf(c.w, `<text x="%.1f" y="%.0f" font-size="11" fill="#a00">Redis down (SIGKILL)</text>`+"\n", c.x(kill)+4, c.top+14)
+		down := "Redis down (SIGKILL)"
+		if r.Cluster != nil {
+			down = "tb heavy's master down (SIGKILL)"
+		}
+		fmt.Fprintf(c.w, `<text x="%.1f" y="%.0f" font-size="11" fill="#a00">%s</text>`+"\n", c.x(kill)+4, c.top+14, html.EscapeString(down))
 	}
 	if r.RestartAt >= 0 && r.RecoveredAt > r.RestartAt {
 		fmt.Fprintf(c.w, `<rect class="recovering" x="%.1f" y="%.0f" width="%.1f" height="%.0f" fill="#fcf0c0" stroke="none"/>`+"\n",
@@ -127,8 +131,12 @@ func (r *Record) WriteSVG(w io.Writer) {
 	fmt.Fprintf(w, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif">`+"\n",
 		chartW, chartH, chartW, chartH)
 	fmt.Fprintf(w, `<rect width="%d" height="%d" fill="white"/>`+"\n", chartW, chartH)
-	fmt.Fprintf(w, `<text x="%d" y="24" font-size="16" font-weight="bold">holdfast: %d instances behind nginx share one limit while Redis is killed and restarted (%s)</text>`+"\n",
-		plotX, len(r.Instances), html.EscapeString(r.Backend))
+	what := "Redis is"
+	if r.Cluster != nil {
+		what = "one Redis Cluster master is"
+	}
+	fmt.Fprintf(w, `<text x="%d" y="24" font-size="16" font-weight="bold">holdfast: %d instances behind nginx share one limit while %s killed and restarted (%s)</text>`+"\n",
+		plotX, len(r.Instances), what, html.EscapeString(r.Backend))
 	r.perSecondPanel(w, secs, heavy)
 	r.cumulativePanel(w, secs, heavy)
 	r.legend(w, heavy)
@@ -260,7 +268,11 @@ tr.down td { background: #fbe3e3; }
 		}
 		fmt.Fprintf(w, "<li class=\"%s\">%s %s: %s</li>\n", class, html.EscapeString(c.Name), verdict, html.EscapeString(c.Detail))
 	}
-	fmt.Fprintln(w, "</ul>\n<h2>Chart</h2>")
+	fmt.Fprintln(w, "</ul>")
+	if lines := r.ClusterSummary(); lines != nil {
+		fmt.Fprintf(w, "<h2>Redis Cluster</h2>\n<pre>%s</pre>\n", html.EscapeString(strings.Join(lines, "\n")))
+	}
+	fmt.Fprintln(w, "<h2>Chart</h2>")
 	fmt.Fprintln(w, svg)
 	fmt.Fprintln(w, "<h2>Per second</h2>")
 	r.writeHTMLTable(w)

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -18,7 +19,9 @@ import (
 type cluster struct {
 	o         Options
 	work      string
-	redis     *redisServer
+	redis     *redisServer   // the redis-server; nil with --redis-cluster
+	nodes     []*redisServer // the Redis Cluster's nodes with --redis-cluster
+	masters   []Master       // the cluster's slot map, read at start
 	instances []*proc
 	ids       []string
 	urls      []string // each instance's base URL
@@ -38,6 +41,12 @@ func startCluster(ctx context.Context, o Options, work string, stderr io.Writer)
 	if err != nil {
 		return nil, err
 	}
+	cliBin := ""
+	if o.RedisCluster {
+		if cliBin, err = findBinary("redis-cli", "redis-tools"); err != nil {
+			return nil, err
+		}
+	}
 	serveCmd := o.Serve
 	if serveCmd == nil {
 		self, err := os.Executable()
@@ -51,10 +60,19 @@ func startCluster(ctx context.Context, o Options, work string, stderr io.Writer)
 		return nil, err
 	}
 	c := &cluster{o: o, work: work}
-	if err := c.startRedis(ctx, redisBin); err != nil {
-		return c, err
+	if o.RedisCluster {
+		if err := c.startRedisCluster(ctx, redisBin, cliBin); err != nil {
+			return c, err
+		}
+		for i, n := range c.nodes {
+			fmt.Fprintf(stderr, "redis cluster master %d pid %d on %s, slots %s (AOF, fsync always)\n", i+1, n.p.pid(), n.addr(), c.slotsOf(n.addr()))
+		}
+	} else {
+		if err := c.startRedis(ctx, redisBin); err != nil {
+			return c, err
+		}
+		fmt.Fprintf(stderr, "redis-server pid %d on %s (AOF, fsync always)\n", c.redis.p.pid(), c.redis.addr())
 	}
-	fmt.Fprintf(stderr, "redis-server pid %d on %s (AOF, fsync always)\n", c.redis.p.pid(), c.redis.addr())
 	if err := c.startInstances(ctx, serveCmd, cfgPath); err != nil {
 		return c, err
 	}
@@ -134,7 +152,7 @@ func (c *cluster) startInstance(serveCmd []string, cfgPath string, i int) error 
 	}
 	args := append(serveCmd[1:len(serveCmd):len(serveCmd)],
 		"--listen", loopback(port),
-		"--redis", "redis://"+c.redis.addr()+"/0",
+		"--redis", c.redisURL(),
 		"--backend", c.o.Backend,
 		"--id", id,
 		"--config", cfgPath,
@@ -165,9 +183,12 @@ func (c *cluster) stop() {
 			wg.Go(func() { p.stop(syscall.SIGTERM, 5*time.Second) })
 		}
 		wg.Wait()
-		if c.redis != nil && c.redis.p != nil {
-			c.redis.p.stop(syscall.SIGTERM, 3*time.Second)
+		for _, r := range append([]*redisServer{c.redis}, c.nodes...) {
+			if r != nil && r.p != nil {
+				wg.Go(func() { r.p.stop(syscall.SIGTERM, 3*time.Second) })
+			}
 		}
+		wg.Wait()
 	})
 }
 
@@ -177,6 +198,7 @@ func (c *cluster) run(ctx context.Context, stderr io.Writer) (*Record, error) {
 	total := o.Normal + o.Outage + o.After
 	rec := &Record{Backend: o.Backend, Duration: total, Routes: demoRoutes(), Instances: c.ids, KillAt: -1, RestartAt: -1}
 	var clients []*client
+	down := &atomic.Bool{}
 	secs := rec.Seconds()
 	for _, rt := range rec.Routes {
 		for _, heavy := range []bool{true, false} {
@@ -185,8 +207,15 @@ func (c *cluster) run(ctx context.Context, stderr io.Writer) (*Record, error) {
 				s.Client, s.Rate = "heavy", o.HeavyRate
 			}
 			rec.Series = append(rec.Series, s)
-			clients = append(clients, &client{series: s, url: c.front + rt.Path, c: newCounts(secs)})
+			clients = append(clients, &client{series: s, url: c.front + rt.Path, c: newCounts(secs), down: down})
 		}
+	}
+	if o.RedisCluster {
+		cr, err := c.clusterRun(rec.Series)
+		if err != nil {
+			return nil, err
+		}
+		rec.Cluster = cr
 	}
 	var statusURLs []string
 	for _, u := range c.urls {
@@ -204,7 +233,7 @@ func (c *cluster) run(ctx context.Context, stderr io.Writer) (*Record, error) {
 	prog := newProgress(stderr, start, total, clients, pl)
 	progDone := make(chan struct{})
 	go func() { prog.run(ctx, loadDone); close(progDone) }()
-	chaosErr := c.chaos(ctx, start, rec, pl, prog)
+	chaosErr := c.chaos(ctx, start, rec, pl, prog, down)
 	<-loadDone
 	<-progDone
 	if ctx.Err() != nil {
@@ -225,9 +254,10 @@ func (c *cluster) run(ctx context.Context, stderr io.Writer) (*Record, error) {
 	return rec, nil
 }
 
-// chaos kills Redis after Normal and restarts it after Outage, recording
-// when. It returns once Redis is back (or ctx ended).
-func (c *cluster) chaos(ctx context.Context, start time.Time, rec *Record, pl *poller, prog *progress) error {
+// chaos kills Redis (with --redis-cluster, the master of victimKey) after
+// Normal and restarts it after Outage, recording when and setting down in
+// between. It returns once Redis is back (or ctx ended).
+func (c *cluster) chaos(ctx context.Context, start time.Time, rec *Record, pl *poller, prog *progress, down *atomic.Bool) error {
 	sleepUntil := func(d time.Duration) bool {
 		select {
 		case <-ctx.Done():
@@ -239,27 +269,46 @@ func (c *cluster) chaos(ctx context.Context, start time.Time, rec *Record, pl *p
 	if !sleepUntil(c.o.Normal) {
 		return nil
 	}
+	victim, what := c.redis, "redis-server"
+	if rec.Cluster != nil {
+		m := rec.Cluster.Masters[rec.Cluster.Killed]
+		victim = c.node(m.Addr)
+		what = fmt.Sprintf("redis cluster master %s (slots %s, tb heavy's key)", m.Addr, m.SlotsString())
+	}
 	pl.markKilled(ctx)
-	pid := c.redis.p.pid()
-	c.redis.kill()
+	pid := victim.p.pid()
+	victim.kill()
+	down.Store(true)
 	rec.KillAt = time.Since(start)
-	prog.event(fmt.Sprintf("redis-server killed (SIGKILL pid %d)", pid))
+	pl.markDown()
+	prog.event(fmt.Sprintf("%s killed (SIGKILL pid %d)", what, pid))
 	if !sleepUntil(c.o.Normal + c.o.Outage) {
 		return nil
 	}
 	var err error
 	for range 3 { // the port was free a moment ago; retry a refused start
-		if err = c.redis.start(ctx); err == nil {
+		if err = victim.start(ctx); err == nil {
 			break
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("cluster: restart redis-server: %w", err)
+		return fmt.Errorf("cluster: restart %s: %w", what, err)
 	}
 	rec.RestartAt = time.Since(start)
+	down.Store(false)
 	pl.markRestarted(rec.RestartAt)
-	prog.event(fmt.Sprintf("redis-server restarted (pid %d, same port and AOF)", c.redis.p.pid()))
+	prog.event(fmt.Sprintf("%s restarted (pid %d, same port and AOF)", what, victim.p.pid()))
 	return nil
+}
+
+// slotsOf returns the slots of the master at addr, "" if it serves none.
+func (c *cluster) slotsOf(addr string) string {
+	for _, m := range c.masters {
+		if m.Addr == addr {
+			return m.SlotsString()
+		}
+	}
+	return ""
 }
 
 // settle waits, up to Settle, for every instance to report a closed

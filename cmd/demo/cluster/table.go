@@ -75,6 +75,18 @@ const tableLegend = "cells: admitted/rejected/errors that second, counted at the
 	"local: admissions decided by a lease; breakers: each instance's breaker (C closed, O open, R reconciling); " +
 	"pending: outage-log grants not yet in Redis"
 
+// clusterLegend is added to tableLegend for a run on Redis Cluster.
+const clusterLegend = "; on Redis Cluster, redis DOWN: the killed master is down (the other masters stay up), " +
+	"breakers: each instance's most degraded shard"
+
+// legendText is the table's legend for this run.
+func (r *Record) legendText() string {
+	if r.Cluster != nil {
+		return tableLegend + clusterLegend
+	}
+	return tableLegend
+}
+
 // WriteTable writes the per-second table as aligned text.
 func (r *Record) WriteTable(w io.Writer) {
 	rows := [][]string{r.header()}
@@ -102,7 +114,7 @@ func (r *Record) WriteTable(w io.Writer) {
 		}
 		fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
 	}
-	fmt.Fprintln(w, tableLegend)
+	fmt.Fprintln(w, r.legendText())
 }
 
 // WriteMarkdown writes the per-second table as a Markdown table.
@@ -120,7 +132,7 @@ func (r *Record) WriteMarkdown(w io.Writer) {
 	}
 	line(r.totals())
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, tableLegend+".")
+	fmt.Fprintln(w, r.legendText()+".")
 }
 
 // writeHTMLTable writes the per-second table as an HTML table.
@@ -143,5 +155,5 @@ func (r *Record) writeHTMLTable(w io.Writer) {
 	}
 	cells("th", r.totals(), "")
 	fmt.Fprintln(w, "</table>")
-	fmt.Fprintf(w, "<p class=\"legend\">%s.</p>\n", html.EscapeString(tableLegend))
+	fmt.Fprintf(w, "<p class=\"legend\">%s.</p>\n", html.EscapeString(r.legendText()))
 }

@@ -21,6 +21,9 @@ type Options struct {
 	// needed, or a cluster's seed list (see the flag's help). It is never
 	// logged or shown in full: the password is redacted.
 	Redis string
+	// RedisCluster forces a Redis Cluster client for a URL that names a
+	// single seed node; a URL with addr= seeds is a cluster without it.
+	RedisCluster bool
 	// Backend is the Redis client: "goredis" or "rueidis".
 	Backend string
 	// ID names the instance in Redis's membership set, /status and logs.
@@ -77,11 +80,24 @@ func FlagSet(out io.Writer) (*flag.FlagSet, *Options) {
 		}
 		return d
 	}
+	envBool := func(name string, def bool) bool {
+		v, ok := os.LookupEnv(EnvName(name))
+		if !ok {
+			return def
+		}
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			o.envErrs[name] = fmt.Errorf("serve: %s=%q: want true or false", EnvName(name), v)
+		}
+		return b
+	}
 	fs.StringVar(&o.Listen, "listen", env("listen", "127.0.0.1:8080"), "HTTP listen address")
 	fs.StringVar(&o.Redis, "redis", env("redis", "redis://127.0.0.1:6379/0"),
 		"Redis URL: redis://[user:password@]host:port/db or rediss:// for TLS; a Redis Cluster as\n"+
 			"redis://[user:password@]seed1:port?addr=seed2:port&addr=seed3:port.\n"+
 			"Prefer the HOLDFAST_REDIS variable for a URL with a password: a flag shows in ps")
+	fs.BoolVar(&o.RedisCluster, "redis-cluster", envBool("redis-cluster", false),
+		"treat --redis as a Redis Cluster seed even when it names one node (a URL with addr= seeds is a cluster anyway)")
 	fs.StringVar(&o.Backend, "backend", env("backend", "goredis"), "Redis client: goredis or rueidis")
 	fs.StringVar(&o.ID, "id", env("id", ""), "instance name (default hostname-pid)")
 	fs.StringVar(&o.Config, "config", env("config", ""), "policies YAML file (required)")

@@ -151,3 +151,24 @@ func TestRedisURLNeverShown(t *testing.T) {
 		}
 	}
 }
+
+func TestParseRedisCluster(t *testing.T) {
+	o, err := serve.Parse([]string{"--config", "p.yaml"}, io.Discard)
+	if err != nil || o.RedisCluster {
+		t.Fatalf("default: %+v %v", o, err)
+	}
+	if o, err = serve.Parse([]string{"--config", "p.yaml", "--redis-cluster"}, io.Discard); err != nil || !o.RedisCluster {
+		t.Errorf("--redis-cluster: %v %v", o.RedisCluster, err)
+	}
+	t.Setenv("HOLDFAST_REDIS_CLUSTER", "true")
+	if o, err = serve.Parse([]string{"--config", "p.yaml"}, io.Discard); err != nil || !o.RedisCluster {
+		t.Errorf("HOLDFAST_REDIS_CLUSTER=true: %v %v", o.RedisCluster, err)
+	}
+	if o, err = serve.Parse([]string{"--config", "p.yaml", "--redis-cluster=false"}, io.Discard); err != nil || o.RedisCluster {
+		t.Errorf("the flag overrides the variable: %v %v", o.RedisCluster, err)
+	}
+	t.Setenv("HOLDFAST_REDIS_CLUSTER", "maybe")
+	if _, err := serve.Parse([]string{"--config", "p.yaml"}, io.Discard); err == nil || !strings.Contains(err.Error(), `HOLDFAST_REDIS_CLUSTER="maybe"`) {
+		t.Errorf("bad variable: %v", err)
+	}
+}

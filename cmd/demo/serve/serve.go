@@ -48,7 +48,9 @@ type App struct {
 }
 
 // Status is the body of GET /status: the limiter's state (id, breaker,
-// instances, pending_log, reconciles, last_reconcile_ns) and the backend.
+// instances, pending_log, reconciles, last_reconcile_ns and, on Redis
+// Cluster, shards: each shard's slots, breaker, instances and pending_log)
+// and the backend.
 // It never holds the Redis URL.
 type Status struct {
 	fallback.Status
@@ -71,7 +73,7 @@ func New(ctx context.Context, o Options, log *slog.Logger) (*App, error) {
 	if err != nil {
 		return nil, fmt.Errorf("serve: %s: %w", o.Config, err)
 	}
-	store, closeDB, err := openStore(&o)
+	store, closeDB, err := openStore(ctx, &o, log)
 	if err != nil {
 		return nil, err
 	}

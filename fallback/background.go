@@ -44,18 +44,32 @@ func (l *Limiter) heartbeat(ctx context.Context) error {
 }
 
 // setInstances takes a new live instance count. An increase is taken at
-// once (a smaller share is always safe); a decrease only once this instance
-// has been deciding through Redis for a whole heartbeat lifetime, since after
-// an outage or at start the other instances' heartbeats have lapsed and are
-// still coming back, and a count too low hands every instance too big a
-// share.
+// once (a smaller share is always safe). A decrease is taken only once this
+// instance has been deciding through Redis for a whole heartbeat lifetime
+// (after an outage or at start the other instances' heartbeats have lapsed
+// and are still coming back) and the lower count has held for ShrinkAfter:
+// an instance cut off from Redis while this one is not stops heartbeating
+// but keeps granting its share from leases, and if this one then lost Redis
+// too, a share computed from the lower count would add to theirs.
 func (l *Limiter) setInstances(n int64) {
+	l.countMu.Lock()
+	defer l.countMu.Unlock()
 	cur := l.instances.Load()
-	settled := l.breaker.State() == Closed && l.o.Clock().UnixNano()-l.closedSince.Load() >= int64(3*l.o.Heartbeat)
-	if n < cur && !settled {
+	now := l.o.Clock().UnixNano()
+	if n >= cur {
+		l.lowSince, l.lowMax = 0, 0
+		l.instances.Store(n)
 		return
 	}
-	l.instances.Store(n)
+	if l.lowSince == 0 {
+		l.lowSince = now
+	}
+	l.lowMax = max(l.lowMax, n)
+	settled := l.breaker.State() == Closed && now-l.closedSince.Load() >= int64(3*l.o.Heartbeat)
+	if settled && now-l.lowSince >= int64(l.o.ShrinkAfter) {
+		l.instances.Store(l.lowMax)
+		l.lowSince, l.lowMax = 0, 0
+	}
 }
 
 // background heartbeats while the breaker is closed and flushes grants

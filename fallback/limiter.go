@@ -79,6 +79,10 @@ type Options struct {
 	// flushes a leftover outage log. 0 means 1s; a heartbeat counts for three
 	// periods.
 	Heartbeat time.Duration
+	// ShrinkAfter is how long the live instance count must stay lower
+	// before this instance takes it (an increase is taken at once). 0 means
+	// 10 heartbeat lifetimes (30 × Heartbeat). See setInstances.
+	ShrinkAfter time.Duration
 	// OutageModes maps policy names to their outage mode; absent means Leases.
 	OutageModes map[string]OutageMode
 	// MaxLogGrants bounds the outage log: about 250 bytes for a key's first
@@ -130,6 +134,9 @@ type Limiter struct {
 	notified State // the state last reported to user
 
 	instances  atomic.Int64
+	countMu    sync.Mutex
+	lowSince   int64 // when the live count was first seen below instances (UnixNano), 0 if not
+	lowMax     int64 // the highest count seen since lowSince
 	offset     atomic.Int64 // store time minus local time, microseconds
 	reconciles atomic.Uint64
 	lastRecon  atomic.Int64 // duration of the last reconciliation, ns
@@ -228,8 +235,8 @@ func newLimiter(store core.Store, o Options, tag string) (*Limiter, error) {
 }
 
 func (o *Options) defaults() error {
-	if o.ExpectedInstances < 0 || o.Heartbeat < 0 || o.MaxLogGrants < 0 || o.LeaseBytes < 0 {
-		return fmt.Errorf("%w: negative ExpectedInstances, Heartbeat, MaxLogGrants or LeaseBytes", ErrInvalidOptions)
+	if o.ExpectedInstances < 0 || o.Heartbeat < 0 || o.MaxLogGrants < 0 || o.LeaseBytes < 0 || o.ShrinkAfter < 0 {
+		return fmt.Errorf("%w: negative ExpectedInstances, Heartbeat, MaxLogGrants, LeaseBytes or ShrinkAfter", ErrInvalidOptions)
 	}
 	if o.ID == "" {
 		host, _ := os.Hostname()
@@ -241,6 +248,9 @@ func (o *Options) defaults() error {
 	o.ExpectedInstances = max(o.ExpectedInstances, 1)
 	if o.Heartbeat == 0 {
 		o.Heartbeat = time.Second
+	}
+	if o.ShrinkAfter == 0 {
+		o.ShrinkAfter = 30 * o.Heartbeat
 	}
 	if o.MaxLogGrants == 0 {
 		o.MaxLogGrants = 1 << 20
@@ -419,8 +429,13 @@ func (l *Limiter) local(ctx context.Context, p core.Policy, skey string, cost in
 		// Redis is back and this instance's log is replayed: the grant is
 		// replayed at once, in the recovery's merge log, instead of waiting
 		// in the outage log until after the switch back to Redis.
+		// Bounded by the call deadline like any decision through Redis; if
+		// it fails the grant goes to the outage log (at worst counted twice).
 		b := core.Batch{ID: l.log.nextID(), Key: skey, Policy: p, Seed: seed, Grants: []core.Grant{{ID: id, Cost: cost, At: rep.Now}}}
-		if errs := l.rec.Reconcile(ctx, l.store, []core.Batch{b}); errs[0] == nil {
+		cctx, cancel := context.WithTimeout(ctx, l.breaker.CallTimeout())
+		errs := l.rec.Reconcile(cctx, l.store, []core.Batch{b})
+		cancel()
+		if errs[0] == nil {
 			return r, nil
 		}
 	}

@@ -44,7 +44,7 @@ func newStore(t *testing.T, backend, url string) core.Store {
 		t.Cleanup(func() { c.Close() })
 		return goredis.New(c)
 	case "rueidis":
-		c, err := rueidis.NewClient(url, rueidis.ClientOptions{})
+		c, err := rueidis.NewClient(url, rueidis.ClientOptions{DialTimeout: callTimeout, ConnWriteTimeout: callTimeout}) // a cluster client reads the slot map at once; rueidis drops a connection whose reply takes longer than ConnWriteTimeout
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -65,8 +65,20 @@ type instances struct {
 
 func startInstances(t *testing.T, backend, url string, n int, stateDir string) *instances {
 	t.Helper()
+	urls := make([]string, n)
+	for i := range urls {
+		urls[i] = url
+	}
+	return startInstancesAt(t, backend, urls, stateDir)
+}
+
+// startInstancesAt starts one instance per URL: instance i reaches Redis
+// through urls[i] (a proxy of its own, in the network fault tests).
+func startInstancesAt(t *testing.T, backend string, urls []string, stateDir string) *instances {
+	t.Helper()
+	n := len(urls)
 	in := &instances{seen: make([][]fallback.State, n)}
-	for i := range n {
+	for i, url := range urls {
 		l, err := fallback.New(newStore(t, backend, url), fallback.Options{
 			ID:        fmt.Sprintf("app%d", i+1),
 			Heartbeat: 200 * time.Millisecond,

@@ -45,7 +45,8 @@ const reportHead = `# holdfast reliability
 
 Produced by ` + "`make chaos`" + ` (the fault tests of ` + "`fallback`" + `
 with HOLDFAST_RELIABILITY_OUT set), on the machine that ran it: real redis-server
-processes, 4 instances (each a ` + "`fallback.Limiter`" + ` with its own client) behind a
+processes, 4 instances (each a ` + "`fallback.Limiter`" + ` with its own client; in the network
+fault rows each reaches Redis through its own in-process toxiproxy) behind a
 round-robin "load balancer" of 4 goroutines sending a request every 2 ms — far above the
 policy — for one key. The call deadline is 300 ms (generous, so a busy machine under
 -race does not trip breakers while Redis is healthy); probes every 200 ms.
@@ -88,6 +89,11 @@ const reportTail = `Reading the table:
   applies the buffered calls when it resumes, so some requests count twice. No decision
   waits past the call deadline (max ≈ 300 ms = the deadline used here).
 - Flapping pays a little at every switch; its assertion is 1.10.
+- Network faults on some links only (a partial partition; latency past the deadline
+  on 2 of 4 links) land above 1.0: the instances still on Redis get its whole refill
+  while the others grant their 1/N shares, and the replay charges those grants back
+  only down to one bucket of debt. Their slack is k/N × (capacity + rate × fault) −
+  capacity for k instances cut off (docs/DESIGN.md, "Partial partitions").
 - The client at half its rate must see zero denials; its bound column is not a limit
   test.
 

@@ -75,7 +75,7 @@ func openStore(ctx context.Context, o *Options, log *slog.Logger) (core.Store, f
 			return nil, nil, scrub(fmt.Errorf("rueidis: redis URL: %w", err), o.Redis)
 		}
 		dial := func() (shardedStore, func(), error) {
-			c, err := rueidis.NewClient(o.Redis, rueidis.ClientOptions{Cluster: o.RedisCluster})
+			c, err := rueidis.NewClient(o.Redis, rueidis.ClientOptions{Cluster: o.RedisCluster, ConnWriteTimeout: o.CallTimeout})
 			if err != nil {
 				return nil, nil, scrub(err, o.Redis)
 			}

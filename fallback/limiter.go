@@ -135,8 +135,8 @@ type Limiter struct {
 
 	instances  atomic.Int64
 	countMu    sync.Mutex
-	lowSince   int64 // when the live count was first seen below instances (UnixNano), 0 if not
-	lowMax     int64 // the highest count seen since lowSince
+	lowSince   int64        // when the live count was first seen below instances (UnixNano), 0 if not
+	lowMax     int64        // the highest count seen since lowSince
 	offset     atomic.Int64 // store time minus local time, microseconds
 	reconciles atomic.Uint64
 	lastRecon  atomic.Int64 // duration of the last reconciliation, ns

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -94,7 +95,7 @@ func startInstancesAt(t *testing.T, backend string, urls []string, stateDir stri
 			},
 			ExpectedInstances: n,
 			StateDir:          stateDir,
-			Logger:            slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Logger:            testLogger(),
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -508,4 +509,13 @@ func TestOutageModes(t *testing.T) {
 	if r, err := l.Allow(ctx, closed, "u"); err != nil || !r.Allowed || r.Mode != core.ModeRedis {
 		t.Fatalf("fail_closed key after recovery: %+v, %v; want its full quota", r, err)
 	}
+}
+
+// testLogger discards the instances' logs unless HOLDFAST_TEST_LOG is set,
+// when they go to stderr (breaker transitions, reconciliations).
+func testLogger() *slog.Logger {
+	if os.Getenv("HOLDFAST_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }

@@ -121,9 +121,17 @@ func tune(so *redis.Options, o ClientOptions) {
 	so.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 }
 
-// tuneCluster applies the limiter settings to cluster options. MaxRedirects
-// keeps go-redis's default: following MOVED and ASK is routing, not retrying.
+// tuneCluster applies the limiter settings to cluster options.
+//
+// MaxRedirects is 1. go-redis counts both redirects and re-sends after a
+// network error against it (a cluster client ignores MaxRetries), and 0
+// would leave a MOVED after a failover unfollowed, an error for the
+// caller. With 1 a call follows one MOVED or ASK, and a call that failed on
+// the network is sent at most once more, within its deadline: if the first
+// copy had run, Redis counts that request twice (under-admission by one
+// request, as for any unknown outcome; see docs/DESIGN.md).
 func tuneCluster(co *redis.ClusterOptions, o ClientOptions) {
+	co.MaxRedirects = 1
 	co.DialTimeout = pick(o.DialTimeout, co.DialTimeout, DefaultDialTimeout)
 	co.ReadTimeout = pick(o.ReadTimeout, co.ReadTimeout, DefaultReadTimeout)
 	co.WriteTimeout = pick(o.WriteTimeout, co.WriteTimeout, DefaultWriteTimeout)

@@ -20,7 +20,7 @@ import (
 // concurrent use.
 type Store struct {
 	c       redis.UniversalClient
-	scripts sync.Map // *core.Script -> *redis.Script
+	scripts sync.Map // *core.Script -> *script
 }
 
 var (
@@ -39,16 +39,40 @@ func New(c redis.UniversalClient) *Store {
 // an array of integers. A call that fails after the script was sent (a
 // timeout, a broken connection) has an unknown outcome: the script may have
 // run, so its spend must be treated as possibly applied.
+//
+// It sends EVALSHA, and EVAL once when the server answers NOSCRIPT (its
+// script cache was flushed, or it restarted), as redis.Script.Run does, but
+// with one argument slice built once: this is the path of every decision.
 func (s *Store) Run(ctx context.Context, sc *core.Script, keys, args []string) ([]int64, error) {
-	argv := make([]any, len(args))
-	for i, a := range args {
-		argv[i] = a
+	sh := s.script(sc)
+	argv := make([]any, 3+len(keys)+len(args))
+	argv[0], argv[1], argv[2] = "evalsha", sh.sha, len(keys)
+	for i, k := range keys {
+		argv[3+i] = k
 	}
-	v, err := s.script(sc).Run(ctx, s.c, keys, argv...).Result()
+	for i, a := range args {
+		argv[3+len(keys)+i] = a
+	}
+	v, err := s.do(ctx, argv, len(keys))
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		// Not run: send the source.
+		argv[0], argv[1] = "eval", sh.src
+		v, err = s.do(ctx, argv, len(keys))
+	}
 	if err != nil {
 		return nil, classify(sc.Name(), err)
 	}
 	return parse(sc.Name(), v)
+}
+
+// do sends one EVAL or EVALSHA command, argv, with numKeys keys.
+func (s *Store) do(ctx context.Context, argv []any, numKeys int) (any, error) {
+	cmd := redis.NewCmd(ctx, argv...)
+	if numKeys > 0 {
+		cmd.SetFirstKeyPos(3) // routes a cluster call by the first key
+	}
+	_ = s.c.Process(ctx, cmd)
+	return cmd.Result()
 }
 
 // Ping reports whether the server answers PING, with the same error mapping
@@ -60,13 +84,21 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// script returns the go-redis script for sc, made once per *core.Script.
-func (s *Store) script(sc *core.Script) *redis.Script {
+// script is what the store keeps per *core.Script: the go-redis script
+// (for SCRIPT LOAD) and the SHA1 and source already boxed as command
+// arguments, so that a call does not allocate them again.
+type script struct {
+	rs       *redis.Script
+	sha, src any
+}
+
+// script returns the entry for sc, made once per *core.Script.
+func (s *Store) script(sc *core.Script) *script {
 	if v, ok := s.scripts.Load(sc); ok {
-		return v.(*redis.Script)
+		return v.(*script)
 	}
-	v, _ := s.scripts.LoadOrStore(sc, redis.NewScript(sc.Source()))
-	return v.(*redis.Script)
+	v, _ := s.scripts.LoadOrStore(sc, &script{rs: redis.NewScript(sc.Source()), sha: sc.SHA1(), src: sc.Source()})
+	return v.(*script)
 }
 
 // parse checks that v is an array of integers.

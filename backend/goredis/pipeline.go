@@ -34,7 +34,7 @@ func (s *Store) RunMany(ctx context.Context, calls []core.Call) []core.CallResul
 
 // load runs SCRIPT LOAD of sc; on a ClusterClient, on every shard.
 func (s *Store) load(ctx context.Context, sc *core.Script) error {
-	return s.script(sc).Load(ctx, s.c).Err()
+	return s.script(sc).rs.Load(ctx, s.c).Err()
 }
 
 // exec sends calls[i], for each i in idx, in one pipeline and stores each
@@ -46,11 +46,19 @@ func (s *Store) exec(ctx context.Context, calls []core.Call, idx []int, out []co
 	_, _ = s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for j, i := range idx {
 			c := calls[i]
-			argv := make([]any, len(c.Args))
-			for k, a := range c.Args {
-				argv[k] = a
+			argv := make([]any, 3+len(c.Keys)+len(c.Args))
+			argv[0], argv[1], argv[2] = "evalsha", s.script(c.Script).sha, len(c.Keys)
+			for k, key := range c.Keys {
+				argv[3+k] = key
 			}
-			cmds[j] = p.EvalSha(ctx, c.Script.SHA1(), c.Keys, argv...)
+			for k, a := range c.Args {
+				argv[3+len(c.Keys)+k] = a
+			}
+			cmds[j] = redis.NewCmd(ctx, argv...)
+			if len(c.Keys) > 0 {
+				cmds[j].SetFirstKeyPos(3)
+			}
+			_ = p.Process(ctx, cmds[j])
 		}
 		return nil
 	})

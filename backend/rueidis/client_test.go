@@ -67,6 +67,8 @@ func TestNewClientErrors(t *testing.T) {
 		{"redis://127.0.0.1:6379/x", hfrueidis.ClientOptions{}},
 		{"redis://127.0.0.1:6379", hfrueidis.ClientOptions{ConnWriteTimeout: -1}},
 		{"redis://127.0.0.1:6379", hfrueidis.ClientOptions{KeepAlive: -1}},
+		{"redis://127.0.0.1:6379", hfrueidis.ClientOptions{PipelineMultiplex: -1}},
+		{"redis://127.0.0.1:6379", hfrueidis.ClientOptions{PipelineMultiplex: 9}}, // rueidis's maximum is 8
 		{"::", hfrueidis.ClientOptions{}},
 	} {
 		if c, err := hfrueidis.NewClient(tc.url, tc.o); err == nil {

@@ -32,6 +32,7 @@ type Limiter struct {
 	prefix string
 	newID  func() string
 	mode   Mode
+	direct DirectStore // the store, when it decides without scripts
 }
 
 // Localer is implemented by stores that keep their state in this process
@@ -59,6 +60,7 @@ func NewLimiter(store Store, opts Options) (*Limiter, error) {
 	if lo, ok := store.(Localer); ok && lo.Local() {
 		l.mode = ModeLocal
 	}
+	l.direct, _ = store.(DirectStore)
 	return l, nil
 }
 
@@ -71,6 +73,15 @@ func (l *Limiter) Allow(ctx context.Context, p Policy, key string) (Result, erro
 // and spends them if so. Errors report bad input or a failing store; a
 // denial is a Result.
 func (l *Limiter) AllowN(ctx context.Context, p Policy, key string, cost int64) (Result, error) {
+	if l.direct != nil {
+		// RunDirect checks the request itself.
+		if r, ok, err := l.direct.RunDirect(ctx, l.prefix, p, key, cost); ok {
+			if err != nil {
+				return Result{}, err
+			}
+			return l.result(p, r), nil
+		}
+	}
 	if err := CheckRequest(p, key, cost); err != nil {
 		return Result{}, err
 	}

@@ -18,7 +18,7 @@ import (
 // run (the README quotes it).
 const ACL = "on >s3cret resetkeys ~hf:* resetchannels -@all " +
 	"+hello +auth +ping +eval +evalsha +script|load " +
-	"+time +hmget +hset +pexpire +zremrangebyscore +zcard +zrange +zadd +set +get +exists +lrange +llen +rpush"
+	"+time +hmget +pexpire +zremrangebyscore +zcard +zrange +zadd +set +get +exists +lrange +llen +rpush"
 
 // TestACLUser runs the whole fallback path — decisions, membership, an
 // outage, replay, the recovery barrier — as a Redis user allowed only the

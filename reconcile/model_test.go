@@ -70,14 +70,16 @@ func TestReplayIsOneGlobalBucket(t *testing.T) {
 		}
 		slices.SortStableFunc(all, func(a, b core.Grant) int { return int(a.At - b.At) })
 		order := rapid.Permutation(seq(instances)).Draw(rt, "order")
-		st := start
+		// The replays run after the outage: Redis time is past every grant.
+		now := 1_000_000 + 50*tt + rapid.Int64Range(0, 10*tt).Draw(rt, "replay_delay")
+		e := start.Empty()
 		var m reconcile.MergeLog
 		for _, i := range order {
-			st = reconcile.ReplayTokenBucket(st, true, core.Seed{}, &m, c, tt, logs[i])
+			e = reconcile.ReplayTokenBucket(e, true, core.Seed{}, &m, c, tt, now, logs[i])
 		}
 		model, low := globalBucket(start, c, tt, all)
-		end := max(st.Last, model.Last)
-		got, want := at(st, full, end), max(at(model, full, end), -full)
+		end := max(now, model.Last)
+		got, want := min(full, end-e), max(at(model, full, end), -full)
 		if low >= -full && got != want {
 			rt.Fatalf("replay leaves %d µs of credit, one global bucket %d", got, want)
 		}
@@ -109,14 +111,14 @@ func TestReplaySeedsAMissingKey(t *testing.T) {
 	const c, tt = 10, 1000
 	seed := core.Seed{Value: 2 * tt, At: 5000} // 2 tokens left at 5 ms
 	grants := []core.Grant{{ID: "a", Cost: 1, At: 5000}, {ID: "b", Cost: 1, At: 6000}}
-	st := reconcile.ReplayTokenBucket(tokenbucket.State{}, false, seed, &reconcile.MergeLog{}, c, tt, grants)
+	e := reconcile.ReplayTokenBucket(0, false, seed, &reconcile.MergeLog{}, c, tt, 6000, grants)
 	// 2 tokens, -1 at 5 ms, +1 refilled by 6 ms, -1: one token left.
-	if st.Credit != 1*tt || st.Last != 6000 {
+	if st := tokenbucket.FromEmpty(e, 6000, c*tt); st.Credit != 1*tt {
 		t.Fatalf("state %+v, want 1 token at 6000", st)
 	}
 	// Without a seed the key is a full bucket at the first grant.
-	st = reconcile.ReplayTokenBucket(tokenbucket.State{}, false, core.Seed{}, &reconcile.MergeLog{}, c, tt, grants)
-	if st.Credit != 9*tt {
+	e = reconcile.ReplayTokenBucket(0, false, core.Seed{}, &reconcile.MergeLog{}, c, tt, 6000, grants)
+	if st := tokenbucket.FromEmpty(e, 6000, c*tt); st.Credit != 9*tt {
 		t.Fatalf("unseeded state %+v, want 9 tokens", st)
 	}
 }
@@ -128,8 +130,15 @@ func TestReplayDebtIsBounded(t *testing.T) {
 	for i := range 30 {
 		grants = append(grants, core.Grant{ID: fmt.Sprint(i), Cost: 1, At: 1000})
 	}
-	st := reconcile.ReplayTokenBucket(tokenbucket.State{Credit: 0, Last: 1000}, true, core.Seed{}, &reconcile.MergeLog{}, 10, 100, grants)
-	if st.Credit != -10*100 {
+	start := tokenbucket.State{Credit: 0, Last: 1000}
+	e := reconcile.ReplayTokenBucket(start.Empty(), true, core.Seed{}, &reconcile.MergeLog{}, 10, 100, 1000, grants)
+	if st := tokenbucket.FromEmpty(e, 1000, 10*100); st.Credit != -10*100 {
 		t.Fatalf("credit %d, want -1000 (one bucket of debt)", st.Credit)
+	}
+	// The debt is bounded at the replay's own time: replayed 500 µs later,
+	// the bucket owes one bucket then, not one bucket at the grants' time.
+	e = reconcile.ReplayTokenBucket(start.Empty(), true, core.Seed{}, &reconcile.MergeLog{}, 10, 100, 1500, grants)
+	if st := tokenbucket.FromEmpty(e, 1500, 10*100); st.Credit != -10*100 {
+		t.Fatalf("credit %d at 1500, want -1000 (one bucket of debt)", st.Credit)
 	}
 }

@@ -3,11 +3,12 @@
 // marks the batch applied (SET NX with a TTL) in the same call.
 //
 // Token bucket: the grants are replayed in time order against the stored
-// bucket, refilling between grants; a grant older than the stored update
-// time is subtracted without refill; the balance may become a debt of at most
-// one full bucket. The result never leaves more tokens than one global
-// bucket fed the same grants would (see ReplayTokenBucket and its property
-// test), so an over-admitting outage is paid back, never forgotten.
+// bucket (one integer, the instant its credit is zero: tokenbucket.State.
+// Empty), refilling between grants; the balance may become a debt of at most
+// one full bucket at the replay's Redis time. The result never leaves more
+// tokens than one global bucket fed the same grants would (see
+// ReplayTokenBucket and its property test), so an over-admitting outage is
+// paid back, never forgotten.
 //
 // Sliding window: each grant's units are added with their original
 // admission time and request id, so they count where they happened and a
@@ -184,7 +185,13 @@ func (r *Reconciler) call(b *core.Batch) (core.Call, error) {
 		return core.Call{Script: TokenBucketScript, Keys: append(keys, MergeKey(b.Key)), Args: args}, nil
 	case slidingwindow.Name:
 		args := make([]string, 0, 5+3*len(b.Grants))
-		args = append(args, i64(p.Interval().Microseconds()), ttl, i64(b.Seed.Value), i64(b.Seed.At), "seed:"+b.ID+":")
+		// The seed's member prefix only when there are seed units: every
+		// distinct argument is a new string for the script's Lua heap.
+		prefix := ""
+		if b.Seed.Value > 0 && b.Seed.At > 0 {
+			prefix = "seed:" + b.ID + ":"
+		}
+		args = append(args, i64(p.Interval().Microseconds()), ttl, i64(b.Seed.Value), i64(b.Seed.At), prefix)
 		for _, g := range b.Grants {
 			args = append(args, i64(g.At), i64(g.Cost), g.ID)
 		}
@@ -194,25 +201,27 @@ func (r *Reconciler) call(b *core.Batch) (core.Call, error) {
 }
 
 // MergeLog is the Go model of a recovery's merge log: the bucket as it stood
-// when the first batch arrived, and every grant replayed since.
+// when the first batch arrived (its tokenbucket.State.Empty), and every grant
+// replayed since.
 type MergeLog struct {
 	Started bool
-	Base    tokenbucket.State
+	Base    int64
 	Grants  []core.Grant
 }
 
 // ReplayTokenBucket is the Go model of tokenbucket.lua's replay, for tests
-// and reasoning: it charges batch grants to the bucket cur (ok false when
-// the key is missing; seed used then) of capacity c and interval t, with
-// the recovery's merge log m, and returns the new bucket.
-func ReplayTokenBucket(cur tokenbucket.State, ok bool, seed core.Seed, m *MergeLog, c, t int64, grants []core.Grant) tokenbucket.State {
+// and reasoning: it charges batch grants to the bucket whose Empty is cur
+// (ok false when the key is missing; seed used then) of capacity c and
+// interval t, with the recovery's merge log m, at store time now, and
+// returns the new bucket's Empty.
+func ReplayTokenBucket(cur int64, ok bool, seed core.Seed, m *MergeLog, c, t, now int64, grants []core.Grant) int64 {
 	full := c * t
 	switch {
 	case ok:
 	case seed.At > 0:
-		cur = tokenbucket.State{Credit: seed.Value, Last: seed.At}
+		cur = seed.At - seed.Value
 	default:
-		cur = tokenbucket.State{Credit: full}
+		cur = -full // full at any time since the epoch
 	}
 	if !m.Started {
 		m.Started, m.Base = true, cur
@@ -223,30 +232,20 @@ func ReplayTokenBucket(cur tokenbucket.State, ok bool, seed core.Seed, m *MergeL
 	byTime := func(a, b core.Grant) int { return cmp.Compare(a.At, b.At) }
 	slices.SortStableFunc(prev, byTime)
 	slices.SortStableFunc(all, byTime)
-	run := func(gs []core.Grant) tokenbucket.State {
-		st := m.Base
+	// run feeds grants in time order to the base bucket: at each grant it
+	// holds min(full, At − e), and the grant spends its cost.
+	run := func(gs []core.Grant) int64 {
+		e := m.Base
 		for _, g := range gs {
-			if g.At > st.Last {
-				st.Credit = min(full, st.Credit+g.At-st.Last)
-				st.Last = g.At
-			}
-			st.Credit -= g.Cost * t
+			e = max(e, g.At-full) + g.Cost*t
 		}
-		return st
+		return e
 	}
-	withAll, without := run(all), run(prev)
-	x := withAll.Last
-	without = Advance(without, full, x)
-	cur = Advance(cur, full, x)
-	cur.Credit = max(cur.Credit-(without.Credit-withAll.Credit), -full)
-	return cur
-}
-
-// Advance brings bucket st of full credit forward to time x (refilling,
-// capped); a bucket already past x is returned as it is.
-func Advance(st tokenbucket.State, full, x int64) tokenbucket.State {
-	if x > st.Last {
-		return tokenbucket.State{Credit: min(full, st.Credit+x-st.Last), Last: x}
+	x := now
+	if len(all) > 0 {
+		x = all[len(all)-1].At
+		withAll, without := run(all), run(prev)
+		cur = max(cur, x-full) + withAll - max(without, x-full)
 	}
-	return st
+	return min(cur, max(now, x)+full)
 }

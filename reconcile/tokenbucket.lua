@@ -12,10 +12,12 @@
 -- Redis made meanwhile stay counted. The balance may become a debt, of at
 -- most one full bucket.
 --
--- KEYS[1]  the bucket hash (fields c, t), as in tokenbucket.lua
+-- KEYS[1]  the bucket: one integer E, the instant its credit was (or will
+--          be) zero, as in tokenbucket.lua; at time x it holds
+--          min(C*T, x - E)
 -- KEYS[2]  the batch marker: set in this same call, so a retried batch is a
 --          no-op
--- KEYS[3]  the merge log: a list, "base credit t" then "at cost" per grant
+-- KEYS[3]  the merge log: a list, "base E" then "at cost" per grant
 -- ARGV[1]  C, capacity in tokens
 -- ARGV[2]  T, microseconds to refill one token
 -- ARGV[3]  marker TTL in milliseconds
@@ -28,8 +30,8 @@
 --          decisions through Redis resume, since those are not in the log
 -- ARGV[7], ARGV[8], ...  pairs of grant time (us, Redis clock) and cost
 --
--- Reply: {1, credit, t} when applied; {0, 0, 0} when the batch was applied
---        before.
+-- Reply: {1, credit, t} when applied (the bucket's credit at Redis time t);
+--        {0, 0, 0} when the batch was applied before.
 -- The marker is checked first and set last: a script that fails midway
 -- (Redis does not roll back) leaves no marker, so the retry applies the batch
 -- again — at worst counted twice, never lost.
@@ -40,17 +42,29 @@ local C = tonumber(ARGV[1])
 local T = tonumber(ARGV[2])
 local full = C * T
 
-local cur_c, cur_t
-local s = redis.call('HMGET', KEYS[1], 'c', 't')
-if s[1] then
-  cur_c, cur_t = tonumber(s[1]), tonumber(s[2])
-  if not cur_c or not cur_t then
+-- The bucket's E. A hash {c, t} left by an earlier holdfast is read as
+-- E = t - c (SET below overwrites it); any other type is WRONGTYPE.
+local cur
+local s = redis.pcall('GET', KEYS[1])
+if type(s) == 'table' then
+  if not s.err or string.sub(s.err, 1, 9) ~= 'WRONGTYPE' then
+    return redis.error_reply(s.err or 'ERR holdfast reconcile: GET failed')
+  end
+  local h = redis.call('HMGET', KEYS[1], 'c', 't')
+  local c, t = tonumber(h[1]), tonumber(h[2])
+  if not c or not t then
+    return redis.error_reply('ERR holdfast reconcile: corrupt state in ' .. KEYS[1])
+  end
+  cur = t - c
+elseif s then
+  cur = tonumber(s)
+  if not cur then
     return redis.error_reply('ERR holdfast reconcile: corrupt state in ' .. KEYS[1])
   end
 elseif tonumber(ARGV[5]) > 0 then
-  cur_c, cur_t = tonumber(ARGV[4]), tonumber(ARGV[5])
+  cur = tonumber(ARGV[5]) - tonumber(ARGV[4])
 else
-  cur_c, cur_t = full, 0
+  cur = -full -- a full bucket at any time since the epoch
 end
 
 -- A merge log past MAXLOG entries is not read again: a batch then is charged
@@ -62,14 +76,20 @@ local merging = redis.call('LLEN', KEYS[3]) <= MAXLOG
 if merging then
   log = redis.call('LRANGE', KEYS[3], 0, -1)
 end
-local base_c, base_t = cur_c, cur_t
+local base = cur
 local prev, all = {}, {}
 if #log > 0 then
-  local bc, bt = string.match(log[1], '^base (%-?%d+) (%-?%d+)$')
-  if not bc then
-    return redis.error_reply('ERR holdfast reconcile: corrupt merge log ' .. KEYS[3])
+  local b = string.match(log[1], '^base (%-?%d+)$')
+  if b then
+    base = tonumber(b)
+  else
+    -- a log an earlier holdfast started: "base c t"
+    local bc, bt = string.match(log[1], '^base (%-?%d+) (%-?%d+)$')
+    if not bc then
+      return redis.error_reply('ERR holdfast reconcile: corrupt merge log ' .. KEYS[3])
+    end
+    base = tonumber(bt) - tonumber(bc)
   end
-  base_c, base_t = tonumber(bc), tonumber(bt)
   for i = 2, #log do
     local at, n = string.match(log[i], '^(%-?%d+) (%d+)$')
     if not at then
@@ -80,7 +100,7 @@ if #log > 0 then
     all[#all + 1] = g
   end
 elseif redis.call('EXISTS', KEYS[3]) == 0 then
-  redis.call('RPUSH', KEYS[3], string.format('base %d %d', base_c, base_t))
+  redis.call('RPUSH', KEYS[3], string.format('base %d', base))
   redis.call('PEXPIRE', KEYS[3], ARGV[6])
 end
 local push = {}
@@ -105,41 +125,51 @@ end
 table.sort(prev, byTime)
 table.sort(all, byTime)
 
--- run feeds grants to the base bucket; returns its credit and time.
+-- run feeds grants, in time order, to the base bucket and returns its E:
+-- at each grant the bucket holds min(full, g - E), so E is at least g - full
+-- (a full bucket wastes its refill), and the grant adds its cost.
 local function run(grants)
-  local c, last = base_c, base_t
+  local e = base
   for _, g in ipairs(grants) do
-    if g[1] > last then
-      c = math.min(full, c + (g[1] - last))
-      last = g[1]
+    if e < g[1] - full then
+      e = g[1] - full
     end
-    c = c - g[2] * T
+    e = e + g[2] * T
   end
-  return c, last
-end
--- at brings a bucket (c, t) forward to time x.
-local function at(c, t, x)
-  if x > t then
-    return math.min(full, c + (x - t)), x
-  end
-  return c, t
+  return e
 end
 
-local c_all, x = run(all)
-local c_prev, t_prev = run(prev)
-c_prev = at(c_prev, t_prev, x)
-local c, t = at(cur_c, cur_t, x)
-c = c - (c_prev - c_all)
-if c < -full then
-  c = -full
-end
-redis.call('HSET', KEYS[1], 'c', string.format('%d', c), 't', string.format('%d', t))
 local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
-local ttl = math.floor((t + full - c - now) / 1000) + 1
+local e = cur
+local x = now
+if #all > 0 then
+  -- The batch costs, at the latest grant x, the credit the logged bucket
+  -- holds without it minus what it holds with it.
+  x = all[#all][1]
+  local e_all = run(all)
+  local e_prev = run(prev)
+  if e_prev < x - full then
+    e_prev = x - full
+  end
+  if e < x - full then
+    e = x - full
+  end
+  e = e + (e_all - e_prev)
+end
+-- A debt of at most one full bucket, now (or at the latest grant when that
+-- is later).
+if e > math.max(now, x) + full then
+  e = math.max(now, x) + full
+end
+local ttl = math.floor((e + full - now) / 1000) + 1
 if ttl < 1 then
   ttl = 1
 end
-redis.call('PEXPIRE', KEYS[1], ttl)
+redis.call('SET', KEYS[1], string.format('%d', e), 'PX', string.format('%d', ttl))
 redis.call('SET', KEYS[2], '1', 'PX', ARGV[3])
-return {1, c, t}
+local c = now - e
+if c > full then
+  c = full
+end
+return {1, c, now}

@@ -78,10 +78,16 @@ var Tables = []Table{
 		Policy: must(tokenbucket.Policy("tb2", 2, 2)),
 		Steps: []Step{
 			{At: 5 * time.Second, Cost: 2, Allowed: true, Remaining: 0, ResetAfter: time.Second},
-			// A clock behind the stored update time refills nothing and
-			// never goes negative.
-			{At: 4 * time.Second, Cost: 1, Allowed: false, Remaining: 0, RetryAfter: 500 * ms, ResetAfter: time.Second},
+			// A clock behind the stored update time finds the bucket as it
+			// was then: a second earlier it held a second less (a debt),
+			// so a clock that steps back never refills the same time twice.
+			{At: 4 * time.Second, Cost: 1, Allowed: false, Remaining: 0, RetryAfter: 1500 * ms, ResetAfter: 2 * time.Second},
+			{At: 5 * time.Second, Cost: 1, Allowed: false, Remaining: 0, RetryAfter: 500 * ms, ResetAfter: time.Second},
 			{At: 5500 * ms, Cost: 1, Allowed: true, Remaining: 0, ResetAfter: time.Second},
+			// 200 ms before the last admission the (then empty) bucket
+			// held 200 ms less: a debt.
+			{At: 5300 * ms, Cost: 1, Allowed: false, Remaining: 0, RetryAfter: 700 * ms, ResetAfter: 1200 * ms},
+			{At: 6 * time.Second, Cost: 1, Allowed: true, Remaining: 0, ResetAfter: time.Second},
 		},
 	},
 	{

@@ -30,8 +30,11 @@ var script = core.NewScript(Name, source, local)
 
 type algorithm struct{}
 
-// Algorithm is the sliding window as a core.Algorithm.
+// Algorithm is the sliding window as a core.Algorithm. It is also a
+// core.DirectAlgorithm.
 var Algorithm core.Algorithm = algorithm{}
+
+var _ core.DirectAlgorithm = algorithm{}
 
 // Policy returns a sliding window policy named name that admits at most limit
 // units in any window of length window.
@@ -121,13 +124,31 @@ func local(prev any, now int64, args []string) (any, []int64, int64, error) {
 	if len(v) == 4 && v[3] > 0 {
 		now = v[3]
 	}
+	next, r, ttl := step(prev, prev != nil, now, lim, w, n)
+	return next, r[:], ttl, nil
+}
+
+// Step is the Go twin on typed arguments (core.DirectAlgorithm): the
+// decision local makes for ARGV Args(p, cost, id, 0), whatever the id (the
+// twin keeps times, not ids).
+func (algorithm) Step(p core.Policy, prev any, live bool, now, cost int64) (any, core.Reply, int64) {
+	next, r, ttl := step(prev, live, now, p.Limit(), int64(p.Interval()/time.Microsecond), cost)
+	return next, core.Reply{Allowed: r[0] == 1, Remaining: r[1], RetryAfter: r[2], ResetAfter: r[3], Now: r[4]}, ttl
+}
+
+// step decides on the *Log the memory store holds (prev, if live; an
+// expired one is reused).
+func step(prev any, live bool, now, lim, w, n int64) (any, [core.ReplyLen]int64, int64) {
 	l, _ := prev.(*Log)
-	if l == nil {
+	switch {
+	case l == nil:
 		l = &Log{}
+	case !live:
+		l.At = l.At[:0]
 	}
 	r := Decide(l, now, lim, w, n)
 	if len(l.At) == 0 {
-		return nil, r[:], 0, nil
+		return nil, r, 0
 	}
-	return l, r[:], max(l.At[len(l.At)-1]+w-now, 1), nil
+	return l, r, max(l.At[len(l.At)-1]+w-now, 1)
 }

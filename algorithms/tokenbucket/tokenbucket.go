@@ -2,10 +2,12 @@
 // tokens refilled at a steady rate; a request of cost n is admitted when n
 // tokens are in the bucket, and takes them.
 //
-// The bucket is stored as credit: the microseconds of refill time that have
+// The bucket is kept as credit: the microseconds of refill time that have
 // accrued and not been spent, capped at Capacity × T where T is the time to
-// refill one token. Everything is integer arithmetic below 2^53, so the Lua
-// script (tokenbucket.lua) and its Go twin (Decide) return identical answers.
+// refill one token. Redis stores one integer per key, the instant the credit
+// was (or will be) zero (State.Empty). Everything is integer arithmetic below
+// 2^53, so the Lua script (tokenbucket.lua) and its Go twin (Decide) return
+// identical answers.
 package tokenbucket
 
 import (
@@ -31,8 +33,11 @@ var script = core.NewScript(Name, source, local)
 
 type algorithm struct{}
 
-// Algorithm is the token bucket as a core.Algorithm.
+// Algorithm is the token bucket as a core.Algorithm. It is also a
+// core.DirectAlgorithm.
 var Algorithm core.Algorithm = algorithm{}
+
+var _ core.DirectAlgorithm = algorithm{}
 
 // Policy returns a token bucket policy named name with the given capacity,
 // refilled at perSecond tokens per second. The refill interval is rounded to
@@ -83,10 +88,27 @@ func (algorithm) Args(p core.Policy, cost int64, _ string, nowMicros int64) []st
 // State is a bucket: Credit microseconds of unspent refill as of Last
 // (microseconds since the Unix epoch). Credit may be negative after a
 // reconciliation charged an outage's grants: a debt.
+//
+// Credit refills one microsecond per microsecond, and that holds before Last
+// too: at any instant x a bucket of full credit holds min(full, Credit + x −
+// Last) (see At). A clock that reads earlier than Last finds less credit, so
+// refill is never counted twice when a clock steps back. Two states with the
+// same Empty are therefore the same bucket, and Redis stores only that number.
 type State struct {
 	Credit int64
 	Last   int64
 }
+
+// Empty is the instant, in microseconds, at which the bucket held or will
+// hold zero credit: Last − Credit. It is the integer Redis stores.
+func (s State) Empty() int64 { return s.Last - s.Credit }
+
+// At is the credit the bucket holds at instant x when a full bucket holds
+// full: min(full, Credit + x − Last).
+func (s State) At(x, full int64) int64 { return min(full, s.Credit+x-s.Last) }
+
+// FromEmpty is the bucket whose Empty is e, as of instant x.
+func FromEmpty(e, x, full int64) State { return State{Credit: min(full, x-e), Last: x} }
 
 // Size is the state's size in bytes, for memory accounting.
 func (State) Size() int64 { return 16 }
@@ -104,47 +126,92 @@ func Decide(st State, ok bool, now, c, t, n int64) (next State, changed bool, re
 // tokenCost = N·T it is one instance's 1/N share of a bucket of capacity C
 // and interval T: capacity C/N, refill rate 1/(N·T), fractions included.
 func DecideCredit(st State, ok bool, now, full, tokenCost, n int64) (next State, changed bool, reply [core.ReplyLen]int64) {
-	credit := full
+	credit, admit, remaining, retry := decide(st, ok, now, full, tokenCost, n)
+	reply = [core.ReplyLen]int64{0, remaining, retry, full - credit, now}
+	if !admit {
+		return st, false, reply
+	}
+	reply[0] = 1
+	return State{Credit: credit, Last: now}, true, reply
+}
+
+// decide is the one decision every twin makes (Decide, DecideCredit, the
+// memory store's steps): the bucket's credit after it, whether it admits,
+// the tokens remaining and the retry time; the reply's reset time is full −
+// credit. It returns scalars, which stay in registers.
+func decide(st State, ok bool, now, full, tokenCost, n int64) (credit int64, admit bool, remaining, retry int64) {
+	credit = full
 	if ok {
-		credit = st.Credit
-		if now > st.Last {
-			credit += now - st.Last
-		}
-		credit = min(credit, full)
+		credit = st.At(now, full)
 	}
 	need := n * tokenCost
 	if credit < need {
-		remaining := int64(0)
 		if credit > 0 {
 			remaining = credit / tokenCost
 		}
-		return st, false, [core.ReplyLen]int64{0, remaining, need - credit, full - credit, now}
+		return credit, false, remaining, need - credit
 	}
 	credit -= need
-	return State{Credit: credit, Last: now}, true, [core.ReplyLen]int64{1, credit / tokenCost, 0, full - credit, now}
+	return credit, true, credit / tokenCost, 0
 }
 
 // local adapts Decide to core.LocalFunc for the memory store.
 func local(prev any, now int64, args []string) (any, []int64, int64, error) {
-	v, err := core.ParseArgs(args, 3, 4)
-	if err != nil {
-		return prev, nil, 0, err
+	if len(args) < 3 || len(args) > 4 {
+		return prev, nil, 0, core.Errorf(core.ErrInvalidPolicy, "%d script arguments, want 3 to 4", len(args))
+	}
+	var v [4]int64
+	for i, a := range args {
+		n, err := strconv.ParseInt(a, 10, 64)
+		if err != nil {
+			return prev, nil, 0, core.Errorf(core.ErrInvalidPolicy, "script argument %d: %v", i+1, err)
+		}
+		v[i] = n
 	}
 	c, t, n := v[0], v[1], v[2]
 	if c < 1 || t < 1 || n < 1 || n > c {
 		return prev, nil, 0, core.Errorf(core.ErrInvalidPolicy, "token bucket: bad arguments %v", args)
 	}
-	if len(v) == 4 && v[3] > 0 {
+	if len(args) == 4 && v[3] > 0 {
 		now = v[3]
 	}
-	st, ok := prev.(State)
-	next, changed, r := Decide(st, ok, now, c, t, n)
-	if !changed {
-		ttl := int64(0)
-		if ok {
-			ttl = c*t - st.Credit - max(now-st.Last, 0)
-		}
-		return prev, r[:], max(ttl, 0), nil
+	next, credit, admit, remaining, retry := step(prev, prev != nil, now, c*t, t, n)
+	allowed := int64(0)
+	if admit {
+		allowed = 1
 	}
-	return next, r[:], c*t - next.Credit, nil
+	return next, []int64{allowed, remaining, retry, c*t - credit, now}, c*t - credit, nil
+}
+
+// Step is the Go twin on typed arguments (core.DirectAlgorithm): the
+// decision local makes for ARGV Args(p, cost, "", 0).
+func (algorithm) Step(p core.Policy, prev any, live bool, now, cost int64) (any, core.Reply, int64) {
+	t := int64(p.Interval() / time.Microsecond)
+	full := p.Limit() * t
+	next, credit, admit, remaining, retry := step(prev, live, now, full, t, cost)
+	return next, core.Reply{Allowed: admit, Remaining: remaining, RetryAfter: retry, ResetAfter: full - credit, Now: now}, full - credit
+}
+
+// step decides on the state the memory store holds: a *State, updated in
+// place (or, when the key's state has expired, reused), so decisions on a
+// key the store holds allocate nothing. prev is the key's state if live.
+// The key lives full − credit microseconds, until the bucket is full again.
+// (A denial needs a key that holds something: a fresh bucket admits any
+// valid cost.)
+func step(prev any, live bool, now, full, t, n int64) (next any, credit int64, admit bool, remaining, retry int64) {
+	st, _ := prev.(*State)
+	ok := live && st != nil
+	var cur State
+	if ok {
+		cur = *st
+	}
+	credit, admit, remaining, retry = decide(cur, ok, now, full, t, n)
+	if !admit {
+		return prev, credit, false, remaining, retry
+	}
+	if st == nil {
+		st = new(State)
+	}
+	st.Credit, st.Last = credit, now
+	return st, credit, true, remaining, retry
 }

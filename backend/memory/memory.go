@@ -14,14 +14,38 @@
 // when it is rarer than everything kept. A key whose state has returned to a
 // fresh quota (a full bucket, an empty window) is dropped from the
 // accounting, so idle keys cost nothing that matters.
+//
+// The store is a core.DirectStore: a core.Limiter over it decides through
+// RunDirect, which takes the policy, client key and cost as they are and
+// calls the algorithm's typed twin (core.DirectAlgorithm) on a state updated
+// in place, so a decision on a key the store holds allocates nothing (Run,
+// with its storage key, string ARGV and reply slice, still serves the other
+// callers and gives the same decisions). Two details of that path:
+//
+//   - A stripe keeps the entry the cache last returned; while the cache
+//     holds it (eviction and rejection mark an entry gone), lookups of that
+//     key skip the cache, and one in countEvery still reaches it so that
+//     TinyLFU keeps counting the key's uses.
+//   - RunDirect reads the clock before taking the key's lock, so callers
+//     contending for a hot key do not queue behind each other's clock reads.
+//     Two decisions may then apply a few hundred nanoseconds out of clock
+//     order. That never admits more: a token bucket decision made at an
+//     earlier instant finds less credit (refill counts backwards as well),
+//     a sliding window decision counts every unit already logged after its
+//     instant; at most the later caller is refused what the skew would
+//     have refilled.
 package memory
 
 import (
 	"context"
 	"errors"
 	"hash/maphash"
+	"math"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/dgraph-io/ristretto/v2"
 
@@ -45,14 +69,16 @@ const pendingLimit = 32
 type Options struct {
 	// MaxBytes bounds the estimated memory of all keys. 0 means 64 MiB.
 	MaxBytes int64
-	// Clock is the time source. nil means time.Now.
+	// Clock is the time source. nil means the system's wall clock (as
+	// time.Now, read without its monotonic part: cheaper, and the Redis
+	// scripts' clock is a wall clock too).
 	Clock func() time.Time
 }
 
 // Store is a core.Store in process memory. It is safe for concurrent use.
 type Store struct {
 	cache *ristretto.Cache[string, *entry]
-	clock func() time.Time
+	now   func() int64 // microseconds since the Unix epoch
 	seed  maphash.Seed
 	locks [stripes]stripe
 }
@@ -63,16 +89,29 @@ type Store struct {
 type stripe struct {
 	mu      sync.Mutex
 	pending map[string]*entry
-	_       [40]byte
+	key     []byte   // RunDirect's storage key, built under mu
+	last    *entry   // the entry the cache last returned here
+	lastKey []byte   // its key
+	hits    uint32   // lookups of last that skipped the cache
+	_       [52]byte // two cache lines a stripe
 }
 
 type entry struct {
 	state   any
-	expires int64 // microseconds; the state is void from then on
-	cost    int64
+	expires int64       // microseconds; the state is void from then on
+	cost    int32       // bytes, as charged to the cache
+	gone    atomic.Bool // the cache evicted or rejected it
 }
 
-var _ core.Store = (*Store)(nil)
+// countEvery: a key found as its stripe's last entry is still looked up in
+// the cache once in countEvery lookups, so that the cache's TinyLFU policy
+// keeps counting how often it is used.
+const countEvery = 8
+
+var (
+	_ core.Store       = (*Store)(nil)
+	_ core.DirectStore = (*Store)(nil)
+)
 
 // New returns a Store.
 func New(opts Options) (*Store, error) {
@@ -82,20 +121,27 @@ func New(opts Options) (*Store, error) {
 	if opts.MaxBytes == 0 {
 		opts.MaxBytes = DefaultMaxBytes
 	}
-	if opts.Clock == nil {
-		opts.Clock = time.Now
-	}
 	keys := max(opts.MaxBytes/entryOverhead, 64)
+	gone := func(it *ristretto.Item[*entry]) {
+		if it.Value != nil {
+			it.Value.gone.Store(true)
+		}
+	}
 	c, err := ristretto.NewCache(&ristretto.Config[string, *entry]{
 		NumCounters:        keys * 10,
 		MaxCost:            opts.MaxBytes,
 		BufferItems:        64,
 		IgnoreInternalCost: true,
+		OnEvict:            gone,
+		OnReject:           gone,
 	})
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{cache: c, clock: opts.Clock, seed: maphash.MakeSeed()}
+	s := &Store{cache: c, now: wallMicros, seed: maphash.MakeSeed()}
+	if clock := opts.Clock; clock != nil {
+		s.now = func() int64 { return clock().UnixMicro() }
+	}
 	for i := range s.locks {
 		s.locks[i].pending = make(map[string]*entry)
 	}
@@ -143,13 +189,92 @@ func (s *Store) Update(key string, f func(prev any, nowMicros int64) (next any, 
 	st := &s.locks[maphash.String(s.seed, key)%stripes]
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	now := s.clock().UnixMicro()
+	now := s.now()
 	e := s.lookup(st, key)
-	var prev any
-	if e != nil && now < e.expires {
-		prev = e.state
+	next, ttl := f(live(e, now), now)
+	s.save(st, key, true, e, next, now, ttl)
+}
+
+// RunDirect decides one request of policy p for client key without a
+// script call (core.DirectStore): it builds the storage key in the
+// stripe's buffer and calls the algorithm's typed Go twin, so a decision on
+// a key the store holds allocates nothing. Algorithms that are not a
+// core.DirectAlgorithm are not handled.
+func (s *Store) RunDirect(ctx context.Context, prefix string, p core.Policy, key string, cost int64) (core.Reply, bool, error) {
+	alg, ok := p.Algorithm().(core.DirectAlgorithm)
+	if !ok {
+		return core.Reply{}, false, nil
 	}
-	next, ttl := f(prev, now)
+	if err := core.CheckRequest(p, key, cost); err != nil {
+		return core.Reply{}, true, err
+	}
+	if err := ctx.Err(); err != nil {
+		return core.Reply{}, true, err
+	}
+	st := s.stripeOf(prefix, p.Name(), key)
+	// The clock is read before the lock, so that contending callers do not
+	// wait on each other's clock reads (see the package comment).
+	now := s.now()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.key = appendKey(st.key[:0], prefix, p.Name(), key)
+	// skey views the buffer: lookups do not keep it, and save copies it
+	// before keeping a new key.
+	skey := unsafe.String(unsafe.SliceData(st.key), len(st.key))
+	e := s.lookup(st, skey)
+	var prev any
+	if e != nil {
+		prev = e.state // expired or not: Step may reuse it
+	}
+	next, r, ttl := alg.Step(p, prev, e != nil && now < e.expires, now, cost)
+	s.save(st, skey, false, e, next, now, ttl)
+	return r, true, nil
+}
+
+// stripeOf is the stripe of StorageKey(prefix, policy, key), the stripe
+// Update picks for that string, found without allocating it.
+func (s *Store) stripeOf(prefix, policy, key string) *stripe {
+	var h uint64
+	if n := len(prefix) + len(policy) + len(key) + 3; n <= 96 {
+		var buf [96]byte
+		h = maphash.Bytes(s.seed, appendKey(buf[:0], prefix, policy, key))
+	} else {
+		// maphash sums the bytes written, however they are split.
+		var mh maphash.Hash
+		mh.SetSeed(s.seed)
+		mh.WriteString(prefix)
+		mh.WriteByte('{')
+		mh.WriteString(policy)
+		mh.WriteByte(':')
+		mh.WriteString(key)
+		mh.WriteByte('}')
+		h = mh.Sum64()
+	}
+	return &s.locks[h%stripes]
+}
+
+// appendKey appends StorageKey(prefix, policy, key) to b.
+func appendKey(b []byte, prefix, policy, key string) []byte {
+	b = append(b, prefix...)
+	b = append(b, '{')
+	b = append(b, policy...)
+	b = append(b, ':')
+	b = append(b, key...)
+	return append(b, '}')
+}
+
+// live is e's state, or nil when there is none or it has expired.
+func live(e *entry, now int64) any {
+	if e != nil && now < e.expires {
+		return e.state
+	}
+	return nil
+}
+
+// save stores the state next of key, whose entry is e (nil if none), as a
+// step left it at now: see Update for next and ttl. owned says key may be
+// kept; otherwise a new entry keeps a copy.
+func (s *Store) save(st *stripe, key string, owned bool, e *entry, next any, now, ttl int64) {
 	switch {
 	case ttl < 0:
 		return
@@ -159,20 +284,35 @@ func (s *Store) Update(key string, f func(prev any, nowMicros int64) (next any, 
 		}
 		return
 	case e == nil:
+		if !owned {
+			key = strings.Clone(key)
+		}
 		e = &entry{}
 		s.insert(st, key, e, next)
 	default:
-		if c := cost(key, next); c > 2*e.cost {
+		if c := cost(key, next); int64(c) > 2*int64(e.cost) {
 			e.cost = c
-			s.cache.Set(key, e, c)
+			s.cache.Set(key, e, int64(c))
 		}
 	}
 	e.state, e.expires = next, now+ttl
 }
 
 // lookup finds key's entry in the cache or among the stripe's pending ones.
+// The entry the cache last returned in this stripe is kept at hand: while
+// the cache holds it, lookups of its key skip the cache's (two hashes, a
+// shared lock and its access buffer) but once in countEvery times, so that
+// the cache's TinyLFU policy keeps counting the key's uses.
 func (s *Store) lookup(st *stripe, key string) *entry {
+	if e := st.last; e != nil && string(st.lastKey) == key && !e.gone.Load() {
+		if st.hits++; st.hits%countEvery != 0 {
+			return e
+		}
+	}
 	if e, ok := s.cache.Get(key); ok {
+		if e != st.last {
+			st.last, st.lastKey = e, append(st.lastKey[:0], key...)
+		}
 		return e
 	}
 	return st.pending[key]
@@ -187,13 +327,14 @@ func (s *Store) insert(st *stripe, key string, e *entry, state any) {
 		s.cache.Wait()
 		for k, pe := range st.pending {
 			if _, ok := s.cache.Get(k); !ok {
-				s.cache.Set(k, pe, pe.cost)
+				pe.gone.Store(false)
+				s.cache.Set(k, pe, int64(pe.cost))
 			}
 		}
 		clear(st.pending)
 	}
 	e.cost = cost(key, state)
-	s.cache.Set(key, e, e.cost)
+	s.cache.Set(key, e, int64(e.cost))
 	st.pending[key] = e
 }
 
@@ -202,11 +343,12 @@ type Sizer interface {
 	Size() int64
 }
 
-// cost estimates the bytes a key holds.
-func cost(key string, state any) int64 {
+// cost estimates the bytes a key holds. A key's state is far below 2 GiB
+// (a sliding window holds at most 1e6 units).
+func cost(key string, state any) int32 {
 	n := int64(len(key) + entryOverhead)
 	if sz, ok := state.(Sizer); ok {
 		n += sz.Size()
 	}
-	return n
+	return int32(min(n, math.MaxInt32))
 }

@@ -386,10 +386,12 @@ func (r *Report) reconcileMD(b *md) {
 	b.line("## 4. Reconciliation")
 	b.line("")
 	b.line("An outage log of N keys, one batch of %d grants per key, replayed by `reconcile.New(reconcile.Options{}).Reconcile`", rc.Grants)
-	b.line("into an empty Redis through each backend's store (pipelined `RunMany`). Only the replay is timed; batches that")
-	b.line("fail (a pipeline past the client's 50 ms read deadline: unknown outcome) are sent again with the same IDs, as the")
-	b.line("fallback layer does, and the time includes that. \"failed\" counts first-attempt failures over all runs; \"Redis")
-	b.line("CPU/key\" is Redis's user+sys CPU time (INFO cpu) during the replay per key: the floor on replay time on one core.")
+	b.line("into an empty Redis (FLUSHALL before every run, as after a restart) through each backend's store (pipelined")
+	b.line("`RunMany`). Only the replay is timed; batches that fail (a pipeline past the client's 50 ms read deadline: unknown")
+	b.line("outcome) are sent again with the same IDs, as the fallback layer does, and the time includes that. \"failed\"")
+	b.line("counts first-attempt failures over all runs; \"Redis CPU/key\" is Redis's user+sys CPU time (INFO cpu) during the")
+	b.line("replay per key: the floor on replay time on one core. `go test -run x -bench BenchmarkReconcile ./reconcile` runs")
+	b.line("the same workload (its redis-µs/key is this Redis CPU/key).")
 	b.line("")
 	header := []string{"algorithm", "keys"}
 	for _, bk := range rc.Backends {

@@ -71,14 +71,16 @@ end
 -- against the stored bucket alone (conservative), so one call's work stays
 -- bounded on a hot key.
 local MAXLOG = 2000
-local log = {}
-local merging = redis.call('LLEN', KEYS[3]) <= MAXLOG
-if merging then
-  log = redis.call('LRANGE', KEYS[3], 0, -1)
-end
+-- One read: more than MAXLOG entries back means the log is past the bound;
+-- none means there is no log yet (it is created with this batch's grants).
+local log = redis.call('LRANGE', KEYS[3], 0, MAXLOG)
+local merging = #log <= MAXLOG
 local base = cur
 local prev, all = {}, {}
-if #log > 0 then
+local push = {}
+if not merging then
+  log = {}
+elseif #log > 0 then
   local b = string.match(log[1], '^base (%-?%d+)$')
   if b then
     base = tonumber(b)
@@ -99,11 +101,10 @@ if #log > 0 then
     prev[#prev + 1] = g
     all[#all + 1] = g
   end
-elseif redis.call('EXISTS', KEYS[3]) == 0 then
-  redis.call('RPUSH', KEYS[3], string.format('base %d', base))
-  redis.call('PEXPIRE', KEYS[3], ARGV[6])
+else
+  push[1] = string.format('base %d', base)
 end
-local push = {}
+local created = #push > 0
 for i = 7, #ARGV, 2 do
   local g = {tonumber(ARGV[i]), tonumber(ARGV[i + 1])}
   all[#all + 1] = g
@@ -117,6 +118,9 @@ for i = 7, #ARGV, 2 do
 end
 if #push > 0 then
   redis.call('RPUSH', KEYS[3], unpack(push))
+end
+if created then
+  redis.call('PEXPIRE', KEYS[3], ARGV[6])
 end
 
 local function byTime(a, b)

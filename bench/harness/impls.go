@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
@@ -55,7 +56,12 @@ const (
 	hiPerSec = 1_000_000 // refill per second
 )
 
-var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
+var discard = func() *slog.Logger {
+	if os.Getenv("HOLDFAST_BENCH_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}()
 
 func hfResult(r core.Result, err error) (outcome, error) {
 	var o outcome

@@ -23,6 +23,13 @@ type Sizing struct {
 	// connection of its own or sharing one, as the client does it. 1 or
 	// less sends them one after another on the calling goroutine.
 	Workers int
+	// MaxArgs, when positive, also ends a chunk before its keys and
+	// arguments together pass MaxArgs (a chunk holds at least one call).
+	// A script's work grows with its arguments (a replay batch carries two
+	// per grant), and a client that bounds the read of a whole pipeline
+	// with one deadline (go-redis' ReadTimeout) needs the pipeline's work
+	// bounded, not just its count.
+	MaxArgs int
 }
 
 // Chunked returns the outcomes of calls, in the order of calls. It splits
@@ -30,11 +37,35 @@ type Sizing struct {
 // chunk with the chunk and the part of the outcomes that is the chunk's to
 // fill, with at most sz.Workers chunks in flight at once.
 func Chunked[C, R any](calls []C, sz Sizing, run func(calls []C, out []R)) []R {
+	return ChunkedBy(calls, sz, nil, run)
+}
+
+// ChunkedBy is Chunked with each call's weight (its keys and arguments) for
+// sz.MaxArgs; a nil weight counts calls only.
+func ChunkedBy[C, R any](calls []C, sz Sizing, weight func(C) int, run func(calls []C, out []R)) []R {
 	out := make([]R, len(calls))
-	chunk, workers := sz.Chunk, sz.Workers
-	n := (len(calls) + chunk - 1) / chunk
+	workers := sz.Workers
+	var bounds []int // chunk i is calls[bounds[i]:bounds[i+1]]
+	for lo := 0; lo < len(calls); {
+		bounds = append(bounds, lo)
+		hi, w := lo, 0
+		for hi < len(calls) && hi-lo < sz.Chunk {
+			cw := 0
+			if weight != nil && sz.MaxArgs > 0 {
+				cw = weight(calls[hi])
+				if hi > lo && w+cw > sz.MaxArgs {
+					break
+				}
+			}
+			w += cw
+			hi++
+		}
+		lo = hi
+	}
+	bounds = append(bounds, len(calls))
+	n := len(bounds) - 1
 	runChunk := func(i int) {
-		lo, hi := i*chunk, min((i+1)*chunk, len(calls))
+		lo, hi := bounds[i], bounds[i+1]
 		run(calls[lo:hi], out[lo:hi])
 	}
 	if workers <= 1 || n <= 1 {
@@ -74,7 +105,7 @@ type Batch struct {
 // the order of calls. In each pipeline the calls refused with NOSCRIPT are
 // sent once more after Load of their scripts; nothing else is retried.
 func (b Batch) RunMany(ctx context.Context, calls []core.Call, sz Sizing) []core.CallResult {
-	return Chunked(calls, sz, func(calls []core.Call, out []core.CallResult) {
+	return ChunkedBy(calls, sz, func(c core.Call) int { return len(c.Keys) + len(c.Args) }, func(calls []core.Call, out []core.CallResult) {
 		b.runChunk(ctx, calls, out)
 	})
 }

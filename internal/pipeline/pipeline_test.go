@@ -188,3 +188,21 @@ func TestClassify(t *testing.T) {
 		}
 	}
 }
+
+// TestChunkedByWeight: a chunk ends before its weight passes MaxArgs, holds
+// at least one call however heavy, and still at most Chunk calls.
+func TestChunkedByWeight(t *testing.T) {
+	weights := []int{10, 10, 10, 30, 100, 1, 1, 1, 1, 1}
+	var got [][]int
+	var mu sync.Mutex
+	pipeline.ChunkedBy(weights, pipeline.Sizing{Chunk: 4, Workers: 1, MaxArgs: 30}, func(w int) int { return w },
+		func(calls []int, out []bool) {
+			mu.Lock()
+			got = append(got, append([]int(nil), calls...))
+			mu.Unlock()
+		})
+	want := [][]int{{10, 10, 10}, {30}, {100}, {1, 1, 1, 1}, {1}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("chunks %v, want %v", got, want)
+	}
+}

@@ -63,11 +63,32 @@ func HashSlot(key string) int {
 			key = key[i+1 : i+1+j]
 		}
 	}
-	var crc uint16
-	for k := 0; k < len(key); k++ {
-		crc = crc<<8 ^ crcTable[byte(crc>>8)^key[k]]
+	return int(crcString(0, key)) & (SlotCount - 1)
+}
+
+// StorageSlot is HashSlot(StorageKey(prefix, policy, key)), computed
+// without building the key.
+func StorageSlot(prefix, policy, key string) int {
+	if strings.ContainsAny(prefix, "{}") || strings.ContainsAny(policy, "{}") {
+		return HashSlot(StorageKey(prefix, policy, key))
 	}
+	// The tag is policy:key up to the key's first '}' (never empty: a
+	// policy name is not).
+	if i := strings.IndexByte(key, '}'); i >= 0 {
+		key = key[:i]
+	}
+	var crc uint16
+	crc = crcString(crc, policy)
+	crc = crc<<8 ^ crcTable[byte(crc>>8)^':']
+	crc = crcString(crc, key)
 	return int(crc) & (SlotCount - 1)
+}
+
+func crcString(crc uint16, s string) uint16 {
+	for k := 0; k < len(s); k++ {
+		crc = crc<<8 ^ crcTable[byte(crc>>8)^s[k]]
+	}
+	return crc
 }
 
 // crcTable is CRC16-CCITT (XMODEM, polynomial 0x1021) by leading byte.

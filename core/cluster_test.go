@@ -49,3 +49,21 @@ func TestShardedOf(t *testing.T) {
 		t.Error("a sharded store two wrappers deep was not found")
 	}
 }
+
+func TestStorageSlot(t *testing.T) {
+	keys := []string{"", "a", "}", "{", "a}b", "{x}", "}}{{", "user:1000", "\x00\xff}"}
+	for i := range 2000 {
+		b := make([]byte, i%40)
+		for j := range b {
+			b[j] = byte((i*31 + j*17) % 256)
+		}
+		keys = append(keys, string(b))
+	}
+	for _, prefix := range []string{"hf:", "", "p{x}:"} {
+		for _, k := range keys {
+			if got, want := StorageSlot(prefix, "pol", k), HashSlot(StorageKey(prefix, "pol", k)); got != want {
+				t.Fatalf("StorageSlot(%q, pol, %q) = %d, HashSlot of the key %d", prefix, k, got, want)
+			}
+		}
+	}
+}

@@ -55,3 +55,41 @@ func BenchmarkLocalDecision(b *testing.B) {
 		})
 	}
 }
+
+// TestLocalDenialAllocatesNothing: while the breaker is open, a decision
+// from the leases that denies a known key builds no storage key and
+// allocates nothing (an admission allocates its log entry).
+func TestLocalDenialAllocatesNothing(t *testing.T) {
+	l, err := fallback.New(downStore{}, fallback.Options{
+		ID: "allocs", ExpectedInstances: 4,
+		Breaker: fallback.BreakerOptions{Start: fallback.Open},
+		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	p, _ := tokenbucket.Policy("allocs", 4, 0.001) // a share of 1, refilled every ~70 min
+	ctx := context.Background()
+	admitted := 0
+	for range 10 {
+		r, err := l.Allow(ctx, p, "hot")
+		if err != nil || !r.Degraded {
+			t.Fatalf("%+v %v", r, err)
+		}
+		if r.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 1 {
+		t.Fatalf("admitted %d of 10 with a share of 1", admitted)
+	}
+	allocs := testing.AllocsPerRun(1000, func() {
+		if r, _ := l.Allow(ctx, p, "hot"); r.Allowed {
+			t.Fatal("admitted past the share")
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("%.2f allocations per denied local decision, want 0", allocs)
+	}
+}

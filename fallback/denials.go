@@ -50,12 +50,12 @@ func (k *keyState) recall(p core.Policy, cost int64, now time.Time) (core.Result
 	}, true
 }
 
-// recalled looks up a remembered denial of key skey for this request.
-func (l *Limiter) recalled(skey string, p core.Policy, cost int64) (core.Result, bool) {
+// recalled looks up a remembered denial of key for this request.
+func (l *Limiter) recalled(p core.Policy, key string, cost int64) (core.Result, bool) {
 	var r core.Result
 	var ok bool
 	now := l.o.Clock()
-	l.leases.Update(skey, func(prev any, _ int64) (any, int64) {
+	l.leases.UpdateParts(l.o.Prefix, p.Name(), key, func(prev any, _ int64) (any, int64) {
 		if ks, _ := prev.(*keyState); ks != nil {
 			r, ok = ks.recall(p, cost, now)
 		}

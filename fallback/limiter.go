@@ -322,20 +322,21 @@ func (l *Limiter) AllowN(ctx context.Context, p core.Policy, key string, cost in
 	if err := core.CheckRequest(p, key, cost); err != nil {
 		return core.Result{}, err
 	}
-	skey := core.StorageKey(l.o.Prefix, p.Name(), key)
 	if set := l.shards.Load(); set != nil {
-		if c := set.cellFor(skey); c != nil {
-			return c.decide(ctx, p, skey, cost)
+		if c := set.cellFor(l.o.Prefix, p.Name(), key); c != nil {
+			return c.decide(ctx, p, key, cost)
 		}
 	}
-	return l.decide(ctx, p, skey, cost)
+	return l.decide(ctx, p, key, cost)
 }
 
-// decide is AllowN for a checked request whose storage key is skey.
-func (l *Limiter) decide(ctx context.Context, p core.Policy, skey string, cost int64) (core.Result, error) {
+// decide is AllowN for a checked request. The storage key is built only
+// for a call to Redis or a grant to log: a decision from the leases or the
+// denial memory on a known key allocates nothing.
+func (l *Limiter) decide(ctx context.Context, p core.Policy, key string, cost int64) (core.Result, error) {
 	gen, closed := l.breaker.Allow()
 	if closed && !l.o.NoDenialMemory {
-		if r, ok := l.recalled(skey, p, cost); ok {
+		if r, ok := l.recalled(p, key, cost); ok {
 			return r, nil
 		}
 	}
@@ -344,7 +345,7 @@ func (l *Limiter) decide(ctx context.Context, p core.Policy, skey string, cost i
 		id = uuid.NewString()
 	}
 	if closed {
-		r, err := l.remote(ctx, gen, p, skey, cost, id)
+		r, err := l.remote(ctx, gen, p, key, cost, id)
 		if err == nil || !errors.Is(err, core.ErrStoreUnavailable) {
 			return r, err
 		}
@@ -355,11 +356,12 @@ func (l *Limiter) decide(ctx context.Context, p core.Policy, skey string, cost i
 		// Failures calls plus those in flight per outage). A sliding window
 		// grant keeps the same request id, so there the replay adds it once.
 	}
-	return l.local(ctx, p, skey, cost, id)
+	return l.local(ctx, p, key, cost, id)
 }
 
 // remote decides through the store under the breaker's call deadline.
-func (l *Limiter) remote(ctx context.Context, gen uint64, p core.Policy, skey string, cost int64, id string) (core.Result, error) {
+func (l *Limiter) remote(ctx context.Context, gen uint64, p core.Policy, key string, cost int64, id string) (core.Result, error) {
+	skey := core.StorageKey(l.o.Prefix, p.Name(), key)
 	cctx, cancel := context.WithTimeout(ctx, l.breaker.CallTimeout())
 	start := l.o.Clock()
 	raw, err := l.store.Run(cctx, p.Algorithm().Script(), []string{skey}, p.Algorithm().Args(p, cost, id, 0))
@@ -401,13 +403,13 @@ func (l *Limiter) observe(skey string, p core.Policy, cost int64, sent time.Time
 }
 
 // local decides without the store, by the policy's outage mode.
-func (l *Limiter) local(ctx context.Context, p core.Policy, skey string, cost int64, id string) (core.Result, error) {
+func (l *Limiter) local(ctx context.Context, p core.Policy, key string, cost int64, id string) (core.Result, error) {
 	switch l.o.OutageModes[p.Name()] {
 	case FailClosed:
 		return core.Result{Limit: p.Limit(), RetryAfter: l.breaker.ProbeInterval(), Mode: core.ModeFailClosed, Degraded: true}, nil
 	case FailOpen:
 		g := core.Grant{ID: id, Cost: cost, At: l.storeNow().UnixMicro()}
-		if err := l.log.add(skey, p, core.Seed{}, g); err != nil {
+		if err := l.log.add(core.StorageKey(l.o.Prefix, p.Name(), key), p, core.Seed{}, g); err != nil {
 			return core.Result{Limit: p.Limit(), RetryAfter: time.Second, Mode: core.ModeFailOpen, Degraded: true}, nil
 		}
 		return core.Result{Allowed: true, Limit: p.Limit(), Remaining: p.Limit(), Mode: core.ModeFailOpen, Degraded: true}, nil
@@ -415,7 +417,7 @@ func (l *Limiter) local(ctx context.Context, p core.Policy, skey string, cost in
 	n := l.instances.Load()
 	var rep core.Reply
 	var seed core.Seed
-	l.leases.Update(skey, func(prev any, now int64) (any, int64) {
+	l.leases.UpdateParts(l.o.Prefix, p.Name(), key, func(prev any, now int64) (any, int64) {
 		ks, _ := prev.(*keyState)
 		if ks == nil {
 			ks = &keyState{}
@@ -425,7 +427,11 @@ func (l *Limiter) local(ctx context.Context, p core.Policy, skey string, cost in
 		return ks, rep.ResetAfter + int64(time.Second/time.Microsecond)
 	})
 	r := result(share(p.Limit(), n), rep, core.ModeLocal, true)
-	if r.Allowed && l.confirming.Load() && l.breaker.State() == Reconciling {
+	if !r.Allowed {
+		return r, nil
+	}
+	skey := core.StorageKey(l.o.Prefix, p.Name(), key)
+	if l.confirming.Load() && l.breaker.State() == Reconciling {
 		// Redis is back and this instance's log is replayed: the grant is
 		// replayed at once, in the recovery's merge log, instead of waiting
 		// in the outage log until after the switch back to Redis.
@@ -439,11 +445,9 @@ func (l *Limiter) local(ctx context.Context, p core.Policy, skey string, cost in
 			return r, nil
 		}
 	}
-	if r.Allowed {
-		if err := l.log.add(skey, p, seed, core.Grant{ID: id, Cost: cost, At: rep.Now}); err != nil {
-			// Denied: a grant that cannot be logged would be lost usage.
-			r.Allowed, r.RetryAfter = false, time.Second
-		}
+	if err := l.log.add(skey, p, seed, core.Grant{ID: id, Cost: cost, At: rep.Now}); err != nil {
+		// Denied: a grant that cannot be logged would be lost usage.
+		r.Allowed, r.RetryAfter = false, time.Second
 	}
 	return r, nil
 }

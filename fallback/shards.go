@@ -25,10 +25,11 @@ type shardSet struct {
 	bySlot [core.SlotCount]int16
 }
 
-// cellFor returns the cell of skey's slot, or nil for a slot no shard served
-// when the topology was read (the whole-store breaker decides those).
-func (s *shardSet) cellFor(skey string) *Limiter {
-	if i := s.bySlot[core.HashSlot(skey)]; i >= 0 {
+// cellFor returns the cell of the slot of StorageKey(prefix, policy, key),
+// or nil for a slot no shard served when the topology was read (the
+// whole-store breaker decides those).
+func (s *shardSet) cellFor(prefix, policy, key string) *Limiter {
+	if i := s.bySlot[core.StorageSlot(prefix, policy, key)]; i >= 0 {
 		return s.cells[i]
 	}
 	return nil

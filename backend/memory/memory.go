@@ -195,6 +195,21 @@ func (s *Store) Update(key string, f func(prev any, nowMicros int64) (next any, 
 	s.save(st, key, true, e, next, now, ttl)
 }
 
+// UpdateParts is Update for the key StorageKey(prefix, policy, key), built
+// in the stripe's buffer instead of allocated: updating a key the store
+// holds allocates nothing (f must not keep the key it is not given).
+func (s *Store) UpdateParts(prefix, policy, key string, f func(prev any, nowMicros int64) (next any, ttlMicros int64)) {
+	st := s.stripeOf(prefix, policy, key)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	now := s.now()
+	st.key = appendKey(st.key[:0], prefix, policy, key)
+	skey := unsafe.String(unsafe.SliceData(st.key), len(st.key))
+	e := s.lookup(st, skey)
+	next, ttl := f(live(e, now), now)
+	s.save(st, skey, false, e, next, now, ttl)
+}
+
 // RunDirect decides one request of policy p for client key without a
 // script call (core.DirectStore): it builds the storage key in the
 // stripe's buffer and calls the algorithm's typed Go twin, so a decision on

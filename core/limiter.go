@@ -124,6 +124,16 @@ func (l *Limiter) Key(p Policy, key string) string {
 	return StorageKey(l.prefix, p.name, key)
 }
 
+// AppendStorageKey appends StorageKey(prefix, policy, key) to b.
+func AppendStorageKey(b []byte, prefix, policy, key string) []byte {
+	b = append(b, prefix...)
+	b = append(b, '{')
+	b = append(b, policy...)
+	b = append(b, ':')
+	b = append(b, key...)
+	return append(b, '}')
+}
+
 // StorageKey returns prefix + "{" + policy + ":" + key + "}".
 func StorageKey(prefix, policy, key string) string {
 	var b strings.Builder

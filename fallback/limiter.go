@@ -409,7 +409,7 @@ func (l *Limiter) local(ctx context.Context, p core.Policy, key string, cost int
 		return core.Result{Limit: p.Limit(), RetryAfter: l.breaker.ProbeInterval(), Mode: core.ModeFailClosed, Degraded: true}, nil
 	case FailOpen:
 		g := core.Grant{ID: id, Cost: cost, At: l.storeNow().UnixMicro()}
-		if err := l.log.add(core.StorageKey(l.o.Prefix, p.Name(), key), p, core.Seed{}, g); err != nil {
+		if err := l.log.addParts(l.o.Prefix, key, p, core.Seed{}, g); err != nil {
 			return core.Result{Limit: p.Limit(), RetryAfter: time.Second, Mode: core.ModeFailOpen, Degraded: true}, nil
 		}
 		return core.Result{Allowed: true, Limit: p.Limit(), Remaining: p.Limit(), Mode: core.ModeFailOpen, Degraded: true}, nil
@@ -430,14 +430,13 @@ func (l *Limiter) local(ctx context.Context, p core.Policy, key string, cost int
 	if !r.Allowed {
 		return r, nil
 	}
-	skey := core.StorageKey(l.o.Prefix, p.Name(), key)
 	if l.confirming.Load() && l.breaker.State() == Reconciling {
 		// Redis is back and this instance's log is replayed: the grant is
 		// replayed at once, in the recovery's merge log, instead of waiting
 		// in the outage log until after the switch back to Redis.
 		// Bounded by the call deadline like any decision through Redis; if
 		// it fails the grant goes to the outage log (at worst counted twice).
-		b := core.Batch{ID: l.log.nextID(), Key: skey, Policy: p, Seed: seed, Grants: []core.Grant{{ID: id, Cost: cost, At: rep.Now}}}
+		b := core.Batch{ID: l.log.nextID(), Key: core.StorageKey(l.o.Prefix, p.Name(), key), Policy: p, Seed: seed, Grants: []core.Grant{{ID: id, Cost: cost, At: rep.Now}}}
 		cctx, cancel := context.WithTimeout(ctx, l.breaker.CallTimeout())
 		errs := l.rec.Reconcile(cctx, l.store, []core.Batch{b})
 		cancel()
@@ -445,7 +444,7 @@ func (l *Limiter) local(ctx context.Context, p core.Policy, key string, cost int
 			return r, nil
 		}
 	}
-	if err := l.log.add(skey, p, seed, core.Grant{ID: id, Cost: cost, At: rep.Now}); err != nil {
+	if err := l.log.addParts(l.o.Prefix, key, p, seed, core.Grant{ID: id, Cost: cost, At: rep.Now}); err != nil {
 		// Denied: a grant that cannot be logged would be lost usage.
 		r.Allowed, r.RetryAfter = false, time.Second
 	}

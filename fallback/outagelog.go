@@ -39,6 +39,7 @@ type outageLog struct {
 	// nothing: at the bound, compaction is tried again only a second later,
 	// so a flood of new keys costs one pass a second, not one per request.
 	lastCompact int64
+	buf         []byte // addParts builds keys here
 }
 
 func newOutageLog(prefix string, max int) *outageLog {
@@ -50,6 +51,24 @@ func newOutageLog(prefix string, max int) *outageLog {
 func (g *outageLog) add(key string, p core.Policy, seed core.Seed, gr core.Grant) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	return g.addLocked(key, p, seed, gr)
+}
+
+// addParts is add for the key StorageKey(prefix, p.Name(), key), built only
+// when the key has no open batch yet.
+func (g *outageLog) addParts(prefix, key string, p core.Policy, seed core.Seed, gr core.Grant) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.buf = core.AppendStorageKey(g.buf[:0], prefix, p.Name(), key)
+	if b := g.open[string(g.buf)]; b != nil && g.grants < g.max {
+		b.Grants = append(b.Grants, gr)
+		g.grants++
+		return nil
+	}
+	return g.addLocked(string(g.buf), p, seed, gr)
+}
+
+func (g *outageLog) addLocked(key string, p core.Policy, seed core.Seed, gr core.Grant) error {
 	if g.grants >= g.max {
 		if gr.At-g.lastCompact < 1_000_000 {
 			return ErrLogFull

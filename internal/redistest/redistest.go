@@ -164,6 +164,7 @@ func (s *Server) startLocked() error {
 	}
 	cmd := exec.Command(s.bin, append(args, s.conf.args...)...)
 	cmd.Dir = s.dir
+	dieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		return err
 	}

@@ -60,12 +60,13 @@ func (g *outageLog) addParts(prefix, key string, p core.Policy, seed core.Seed, 
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.buf = core.AppendStorageKey(g.buf[:0], prefix, p.Name(), key)
-	if b := g.open[string(g.buf)]; b != nil && g.grants < g.max {
-		b.Grants = append(b.Grants, gr)
-		g.grants++
-		return nil
+	skey := ""
+	if b := g.open[string(g.buf)]; b != nil {
+		skey = b.Key // the open batch's key: no new string
+	} else {
+		skey = string(g.buf)
 	}
-	return g.addLocked(string(g.buf), p, seed, gr)
+	return g.addLocked(skey, p, seed, gr)
 }
 
 func (g *outageLog) addLocked(key string, p core.Policy, seed core.Seed, gr core.Grant) error {

@@ -203,8 +203,7 @@ func (s *Store) UpdateParts(prefix, policy, key string, f func(prev any, nowMicr
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	now := s.now()
-	st.key = appendKey(st.key[:0], prefix, policy, key)
-	skey := unsafe.String(unsafe.SliceData(st.key), len(st.key))
+	skey := st.buildKey(prefix, policy, key)
 	e := s.lookup(st, skey)
 	next, ttl := f(live(e, now), now)
 	s.save(st, skey, false, e, next, now, ttl)
@@ -232,10 +231,7 @@ func (s *Store) RunDirect(ctx context.Context, prefix string, p core.Policy, key
 	now := s.now()
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	st.key = appendKey(st.key[:0], prefix, p.Name(), key)
-	// skey views the buffer: lookups do not keep it, and save copies it
-	// before keeping a new key.
-	skey := unsafe.String(unsafe.SliceData(st.key), len(st.key))
+	skey := st.buildKey(prefix, p.Name(), key)
 	e := s.lookup(st, skey)
 	var prev any
 	if e != nil {
@@ -252,7 +248,7 @@ func (s *Store) stripeOf(prefix, policy, key string) *stripe {
 	var h uint64
 	if n := len(prefix) + len(policy) + len(key) + 3; n <= 96 {
 		var buf [96]byte
-		h = maphash.Bytes(s.seed, appendKey(buf[:0], prefix, policy, key))
+		h = maphash.Bytes(s.seed, core.AppendStorageKey(buf[:0], prefix, policy, key))
 	} else {
 		// maphash sums the bytes written, however they are split.
 		var mh maphash.Hash
@@ -268,14 +264,12 @@ func (s *Store) stripeOf(prefix, policy, key string) *stripe {
 	return &s.locks[h%stripes]
 }
 
-// appendKey appends StorageKey(prefix, policy, key) to b.
-func appendKey(b []byte, prefix, policy, key string) []byte {
-	b = append(b, prefix...)
-	b = append(b, '{')
-	b = append(b, policy...)
-	b = append(b, ':')
-	b = append(b, key...)
-	return append(b, '}')
+// buildKey builds StorageKey(prefix, policy, key) in the stripe's buffer
+// and returns a view of it: lookups do not keep it, and save copies it
+// before keeping a new key. The stripe's lock must be held.
+func (st *stripe) buildKey(prefix, policy, key string) string {
+	st.key = core.AppendStorageKey(st.key[:0], prefix, policy, key)
+	return unsafe.String(unsafe.SliceData(st.key), len(st.key))
 }
 
 // live is e's state, or nil when there is none or it has expired.

@@ -39,7 +39,7 @@ func (l *Limiter) heartbeat(ctx context.Context) error {
 		return core.Errorf(core.ErrMalformedReply, "membership reply %v", raw)
 	}
 	l.setInstances(max(raw[0], 1))
-	l.offset.Store(raw[1] - l.o.Clock().UnixMicro())
+	l.offset.Store(raw[1] - l.o.micros())
 	return nil
 }
 

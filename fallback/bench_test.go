@@ -32,7 +32,7 @@ func BenchmarkLocalDecision(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer l.Close()
-	p, _ := tokenbucket.Policy("bench", 1_000_000, 1_000_000)
+	p, _ := tokenbucket.Policy("bench", 1_000_000_000, 1_000_000) // every decision admits
 	keys := make([]string, 100_000)
 	for i := range keys {
 		keys[i] = fmt.Sprint("k", i)

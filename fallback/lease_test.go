@@ -194,3 +194,50 @@ func TestOutageLogSealBounds(t *testing.T) {
 		t.Fatalf("pending %d, want 3003", g.pending())
 	}
 }
+
+// A token bucket key's grants are coalesced as they are logged: ten
+// thousand grants over 5 ms take five entries of a log bounded at 8, keep
+// their whole cost, and each entry is charged no earlier than the grants it
+// holds. Sliding window grants (each with its own request id) are not.
+func TestOutageLogCoalescesOnAdd(t *testing.T) {
+	tb, _ := tokenbucket.Policy("tb", 100, 1)
+	sw, _ := slidingwindow.Policy("sw", 100, time.Second)
+	g := newOutageLog("app1:x", 8)
+	latest := map[int64]int64{} // group (ms) -> latest grant in it
+	for i := range 10_000 {
+		at := 1_000_000 + int64(i)/2
+		if i%7 == 3 {
+			at -= 300 // out of order, as concurrent callers log
+		}
+		if err := g.add("hot", tb, core.Seed{}, core.Grant{Cost: 2, At: at}); err != nil {
+			t.Fatalf("grant %d: %v", i, err)
+		}
+		latest[at/ms] = max(latest[at/ms], at)
+	}
+	if got := g.pending(); got != 5 {
+		t.Fatalf("pending %d after 10000 grants over 5 ms, want 5", got)
+	}
+	for i := range 3 {
+		if err := g.add("win", sw, core.Seed{}, core.Grant{ID: fmt.Sprint(i), Cost: 1, At: 1_000_000}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var cost int64
+	for _, b := range g.seal() {
+		if b.Key == "win" {
+			if len(b.Grants) != 3 {
+				t.Fatalf("sliding window grants %d, want 3", len(b.Grants))
+			}
+			continue
+		}
+		for _, gr := range b.Grants {
+			cost += gr.Cost
+			if gr.At < latest[gr.At/ms] {
+				t.Errorf("entry at %d holds a grant at %d: charged too early", gr.At, latest[gr.At/ms])
+			}
+		}
+	}
+	if cost != 20_000 {
+		t.Fatalf("logged cost %d, want 20000", cost)
+	}
+}

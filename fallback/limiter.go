@@ -16,6 +16,7 @@ import (
 
 	"github.com/holdfast/holdfast/backend/memory"
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/internal/clock"
 	"github.com/holdfast/holdfast/reconcile"
 )
 
@@ -100,6 +101,9 @@ type Options struct {
 	Reconcile reconcile.Options
 	// Clock is the local time source. nil means time.Now.
 	Clock func() time.Time
+	// micros is Clock in microseconds since the Unix epoch: the leases'
+	// and the outage log's time source.
+	micros func() int64
 	// NoDenialMemory turns off answering repeats of a Redis denial from
 	// memory until its retry time (on by default: a client hammering past
 	// its limit then costs no Redis round trip).
@@ -181,7 +185,7 @@ func newLimiter(store core.Store, o Options, tag string) (*Limiter, error) {
 		l.members, l.barrier = o.Prefix+"{"+tag+"}members", o.Prefix+"{"+tag+"}recovery"
 	}
 	l.instances.Store(int64(o.ExpectedInstances))
-	leases, err := memory.New(memory.Options{MaxBytes: o.LeaseBytes, Clock: l.storeNow})
+	leases, err := memory.New(memory.Options{MaxBytes: o.LeaseBytes, Micros: l.storeMicros})
 	if err != nil {
 		return nil, err
 	}
@@ -257,6 +261,10 @@ func (o *Options) defaults() error {
 	}
 	if o.Clock == nil {
 		o.Clock = time.Now
+		o.micros = clock.WallMicros // one clock read per decision, not two
+	} else {
+		c := o.Clock
+		o.micros = func() int64 { return c().UnixMicro() }
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -264,10 +272,10 @@ func (o *Options) defaults() error {
 	return nil
 }
 
-// storeNow is the local clock converted to the store's clock with the
-// tracked offset.
-func (l *Limiter) storeNow() time.Time {
-	return l.o.Clock().Add(time.Duration(l.offset.Load()) * time.Microsecond)
+// storeMicros is the local clock converted to the store's clock with the
+// tracked offset, in microseconds.
+func (l *Limiter) storeMicros() int64 {
+	return l.o.micros() + l.offset.Load()
 }
 
 // Start checks the store and starts the background work: the health probe,
@@ -390,7 +398,7 @@ func (l *Limiter) remote(ctx context.Context, gen uint64, p core.Policy, key str
 // observe records the Redis reply to a request of cost sent at sent: the
 // clock offset, the key's known state and, for a denial, the denial.
 func (l *Limiter) observe(skey string, p core.Policy, cost int64, sent time.Time, rep core.Reply) {
-	l.offset.Store(rep.Now - l.o.Clock().UnixMicro())
+	l.offset.Store(rep.Now - l.o.micros())
 	l.leases.Update(skey, func(prev any, _ int64) (any, int64) {
 		ks, _ := prev.(*keyState)
 		if ks == nil {
@@ -404,11 +412,15 @@ func (l *Limiter) observe(skey string, p core.Policy, cost int64, sent time.Time
 
 // local decides without the store, by the policy's outage mode.
 func (l *Limiter) local(ctx context.Context, p core.Policy, key string, cost int64, id string) (core.Result, error) {
-	switch l.o.OutageModes[p.Name()] {
+	mode := Leases
+	if len(l.o.OutageModes) > 0 {
+		mode = l.o.OutageModes[p.Name()]
+	}
+	switch mode {
 	case FailClosed:
 		return core.Result{Limit: p.Limit(), RetryAfter: l.breaker.ProbeInterval(), Mode: core.ModeFailClosed, Degraded: true}, nil
 	case FailOpen:
-		g := core.Grant{ID: id, Cost: cost, At: l.storeNow().UnixMicro()}
+		g := core.Grant{ID: id, Cost: cost, At: l.storeMicros()}
 		if err := l.log.addParts(l.o.Prefix, key, p, core.Seed{}, g); err != nil {
 			return core.Result{Limit: p.Limit(), RetryAfter: time.Second, Mode: core.ModeFailOpen, Degraded: true}, nil
 		}

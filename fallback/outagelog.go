@@ -31,7 +31,7 @@ type outageLog struct {
 	mu     sync.Mutex
 	prefix string // instance and process: batch IDs are unique across restarts
 	seq    uint64
-	open   map[string]*core.Batch
+	open   map[string]*openBatch
 	sealed []*core.Batch
 	grants int
 	max    int
@@ -40,10 +40,25 @@ type outageLog struct {
 	// so a flood of new keys costs one pass a second, not one per request.
 	lastCompact int64
 	buf         []byte // addParts builds keys here
+	// last is the open batch addParts logged to last, and the parts of
+	// its key: a hot key's next grant finds its batch without building
+	// and hashing the key.
+	last                            *openBatch
+	lastPrefix, lastPolicy, lastKey string
 }
 
 func newOutageLog(prefix string, max int) *outageLog {
-	return &outageLog{prefix: prefix, open: make(map[string]*core.Batch), max: max}
+	return &outageLog{prefix: prefix, open: make(map[string]*openBatch), max: max}
+}
+
+// openBatch is a key's batch still taking grants. group is, for a token
+// bucket, the time of the first grant merged into its last grant: a grant
+// within coalesceMicros of it is added to that grant's cost instead of
+// being appended, so a hot key's log grows by one grant a millisecond, not
+// one per request (the same grouping seal applies; see coalesce).
+type openBatch struct {
+	core.Batch
+	group int64
 }
 
 // add logs a grant of key under policy p; seed is the key's known state
@@ -59,6 +74,9 @@ func (g *outageLog) add(key string, p core.Policy, seed core.Seed, gr core.Grant
 func (g *outageLog) addParts(prefix, key string, p core.Policy, seed core.Seed, gr core.Grant) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if b := g.last; b != nil && key == g.lastKey && p.Name() == g.lastPolicy && prefix == g.lastPrefix {
+		return g.appendLocked(b, gr)
+	}
 	g.buf = core.AppendStorageKey(g.buf[:0], prefix, p.Name(), key)
 	skey := ""
 	if b := g.open[string(g.buf)]; b != nil {
@@ -66,27 +84,60 @@ func (g *outageLog) addParts(prefix, key string, p core.Policy, seed core.Seed, 
 	} else {
 		skey = string(g.buf)
 	}
-	return g.addLocked(skey, p, seed, gr)
+	err := g.addLocked(skey, p, seed, gr)
+	if b := g.open[skey]; b != nil {
+		// The client key as the tail of b's key ("…:key}"): the caller's
+		// string is not kept.
+		g.last, g.lastPrefix, g.lastPolicy, g.lastKey = b, prefix, p.Name(), b.Key[len(b.Key)-1-len(key):len(b.Key)-1]
+	}
+	return err
 }
 
 func (g *outageLog) addLocked(key string, p core.Policy, seed core.Seed, gr core.Grant) error {
-	if g.grants >= g.max {
-		if gr.At-g.lastCompact < 1_000_000 {
-			return ErrLogFull
-		}
-		g.compactLocked(gr.At)
-		if g.grants >= g.max {
-			g.lastCompact = gr.At
-			return ErrLogFull
-		}
-	}
 	b := g.open[key]
 	if b == nil {
-		b = &core.Batch{Key: key, Policy: p, Seed: seed}
+		if err := g.roomLocked(gr.At); err != nil {
+			return err
+		}
+		b = &openBatch{Batch: core.Batch{Key: key, Policy: p, Seed: seed}}
 		g.open[key] = b
 	}
+	return g.appendLocked(b, gr)
+}
+
+// appendLocked adds gr to b: to its last grant when they coalesce (see
+// openBatch), else as a new grant if the log has room.
+func (g *outageLog) appendLocked(b *openBatch, gr core.Grant) error {
+	if n := len(b.Grants); n > 0 && gr.At-b.group < coalesceMicros && b.Policy.Algorithm().Name() == tokenbucket.Name {
+		// Charged at the later time: later refills less, never under-counts.
+		last := &b.Grants[n-1]
+		last.Cost += gr.Cost
+		last.At = max(last.At, gr.At)
+		return nil
+	}
+	if err := g.roomLocked(gr.At); err != nil {
+		return err
+	}
 	b.Grants = append(b.Grants, gr)
+	b.group = gr.At
 	g.grants++
+	return nil
+}
+
+// roomLocked makes room for one more grant at store time now, compacting
+// at the bound, or reports ErrLogFull.
+func (g *outageLog) roomLocked(now int64) error {
+	if g.grants < g.max {
+		return nil
+	}
+	if now-g.lastCompact < 1_000_000 {
+		return ErrLogFull
+	}
+	g.compactLocked(now)
+	if g.grants >= g.max {
+		g.lastCompact = now
+		return ErrLogFull
+	}
 	return nil
 }
 
@@ -142,6 +193,7 @@ func (g *outageLog) seal() []core.Batch {
 	for _, k := range keys {
 		b := g.open[k]
 		delete(g.open, k)
+		g.last = nil
 		slices.SortStableFunc(b.Grants, func(x, y core.Grant) int { return cmp.Compare(x.At, y.At) })
 		if b.Policy.Algorithm().Name() == tokenbucket.Name {
 			n := len(b.Grants)
@@ -149,7 +201,7 @@ func (g *outageLog) seal() []core.Batch {
 			g.grants -= n - len(b.Grants)
 		}
 		for len(b.Grants) > 0 {
-			part := *b
+			part := b.Batch
 			part.Grants = b.Grants[:min(len(b.Grants), maxBatchGrants)]
 			b.Grants = b.Grants[len(part.Grants):]
 			g.seq++

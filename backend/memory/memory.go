@@ -50,6 +50,7 @@ import (
 	"github.com/dgraph-io/ristretto/v2"
 
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/internal/clock"
 )
 
 // DefaultMaxBytes is the memory bound when Options.MaxBytes is zero.
@@ -73,6 +74,9 @@ type Options struct {
 	// time.Now, read without its monotonic part: cheaper, and the Redis
 	// scripts' clock is a wall clock too).
 	Clock func() time.Time
+	// Micros, when set, is the time source in microseconds since the Unix
+	// epoch, in place of Clock: no time.Time per decision.
+	Micros func() int64
 }
 
 // Store is a core.Store in process memory. It is safe for concurrent use.
@@ -138,9 +142,12 @@ func New(opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{cache: c, now: wallMicros, seed: maphash.MakeSeed()}
+	s := &Store{cache: c, now: clock.WallMicros, seed: maphash.MakeSeed()}
 	if clock := opts.Clock; clock != nil {
 		s.now = func() int64 { return clock().UnixMicro() }
+	}
+	if opts.Micros != nil {
+		s.now = opts.Micros
 	}
 	for i := range s.locks {
 		s.locks[i].pending = make(map[string]*entry)

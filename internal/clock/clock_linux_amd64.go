@@ -1,14 +1,14 @@
-package memory
+package clock
 
 import (
 	"syscall"
 	"time"
 )
 
-// wallMicros reads the wall clock in microseconds since the Unix epoch.
+// WallMicros reads the wall clock in microseconds since the Unix epoch.
 // On linux/amd64 gettimeofday is one vDSO call; time.Now reads the wall
 // and the monotonic clocks, twice the cost.
-func wallMicros() int64 {
+func WallMicros() int64 {
 	var tv syscall.Timeval
 	if err := syscall.Gettimeofday(&tv); err != nil {
 		return time.Now().UnixMicro()

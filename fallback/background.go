@@ -197,7 +197,9 @@ type Status struct {
 	// Instances is the live instance count (on Cluster, the largest of the
 	// shards' counts).
 	Instances int64 `json:"instances"`
-	// PendingLog is the number of logged grants not yet replayed.
+	// PendingLog is the number of outage log entries not yet replayed: one
+	// per grant, but a token bucket key's grants within a millisecond are
+	// one entry.
 	PendingLog int           `json:"pending_log"`
 	Reconciles uint64        `json:"reconciles"`
 	LastRecon  time.Duration `json:"last_reconcile_ns"`

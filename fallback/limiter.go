@@ -86,8 +86,9 @@ type Options struct {
 	ShrinkAfter time.Duration
 	// OutageModes maps policy names to their outage mode; absent means Leases.
 	OutageModes map[string]OutageMode
-	// MaxLogGrants bounds the outage log: about 250 bytes for a key's first
-	// grant and 40 for each further one (TestKeyFlood). 0 means 1<<20. See
+	// MaxLogGrants bounds the outage log's entries: about 250 bytes for a
+	// key's first and 40 for each further one (TestKeyFlood). A token bucket
+	// key's grants within a millisecond share one entry. 0 means 1<<20. See
 	// ErrLogFull for what happens at the bound.
 	MaxLogGrants int
 	// LeaseBytes bounds the memory of known states and leases, by their

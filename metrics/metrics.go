@@ -111,7 +111,7 @@ func (m *Metrics) Watch(status func() fallback.Status) {
 		m.reg.MustRegister(
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Namespace: Namespace, Name: "pending_log_grants",
-				Help: "Local grants in the outage log that Redis has not acknowledged yet.",
+				Help: "Outage log entries (local grants; a token bucket key's grants within a millisecond are one) that Redis has not acknowledged yet.",
 			}, func() float64 { return float64(status().PendingLog) }),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Namespace: Namespace, Name: "instances",

@@ -10,3 +10,31 @@ func SetPipelineSizing(chunk, workers int) (restore func()) {
 	sizing = pipeline.Sizing{Chunk: chunk, Workers: workers}
 	return func() { sizing = old }
 }
+
+// CoalesceStats returns the pipelines of coalesced Run calls s has sent and
+// the calls in them; zeros when s does not coalesce.
+func (s *Store) CoalesceStats() (pipelines, calls int64) {
+	if s.co == nil {
+		return 0, 0
+	}
+	return s.co.batches.Load(), s.co.calls.Load()
+}
+
+// CoalesceSettings reports whether s coalesces and, if so, with how many
+// pipelines at most and how many calls in each.
+func (s *Store) CoalesceSettings() (on bool, pipelines, maxBatch int) {
+	if s.co == nil {
+		return false, 0, 0
+	}
+	return true, s.co.pipelines, s.co.maxBatch
+}
+
+// Flushers returns the number of flusher goroutines s runs now.
+func (s *Store) Flushers() int {
+	if s.co == nil {
+		return 0
+	}
+	s.co.mu.Lock()
+	defer s.co.mu.Unlock()
+	return s.co.flushers
+}

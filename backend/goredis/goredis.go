@@ -1,7 +1,8 @@
 // Package goredis is a core.Store on a go-redis v9 UniversalClient: a single
 // node, a Redis Cluster or a Sentinel-managed primary. Every storage key a
 // script touches carries the same hash tag, so one script runs on one
-// cluster node.
+// cluster node. Run calls that arrive while others are in flight share
+// pipelines, as rueidis's calls do (see StoreOptions).
 package goredis
 
 import (
@@ -17,10 +18,13 @@ import (
 
 // Store is a core.Store that runs scripts with EVALSHA, falling back to EVAL
 // when the server has lost its script cache. It never retries. It is safe for
-// concurrent use.
+// concurrent use. Unless built with StoreOptions.NoCoalesce, it sends Run
+// calls that arrive while another is in flight together in pipelines (see
+// StoreOptions).
 type Store struct {
 	c       redis.UniversalClient
-	scripts sync.Map // *core.Script -> *script
+	scripts sync.Map   // *core.Script -> *script
+	co      *coalescer // nil with NoCoalesce
 }
 
 var (
@@ -29,21 +33,47 @@ var (
 	_ core.Pipeliner = (*Store)(nil)
 )
 
-// New returns a Store on c. For the deadlines core.Store callers rely on, build
-// c with NewClient or with the same options.
+// New returns a Store on c that coalesces concurrent Run calls with the
+// default StoreOptions. For the deadlines core.Store callers rely on, build c
+// with NewClient or with the same options.
 func New(c redis.UniversalClient) *Store {
-	return &Store{c: c}
+	return NewWithOptions(c, StoreOptions{})
+}
+
+// NewWithOptions returns a Store on c with options o. For the deadlines
+// core.Store callers rely on, build c with NewClient or with the same
+// options.
+func NewWithOptions(c redis.UniversalClient, o StoreOptions) *Store {
+	s := &Store{c: c}
+	if !o.NoCoalesce {
+		s.co = newCoalescer(o)
+	}
+	return s
 }
 
 // Run runs script sc on keys and args and returns its reply, which must be
 // an array of integers. A call that fails after the script was sent (a
 // timeout, a broken connection) has an unknown outcome: the script may have
-// run, so its spend must be treated as possibly applied.
+// run, so its spend must be treated as possibly applied. A call whose
+// context ends while it waits in a coalesced pipeline is such a call too.
+// Run does not keep keys or args after it returns.
 //
-// It sends EVALSHA, and EVAL once when the server answers NOSCRIPT (its
-// script cache was flushed, or it restarted), as redis.Script.Run does, but
-// with one argument slice built once: this is the path of every decision.
+// A call sent on its own sends EVALSHA, and EVAL once when the server
+// answers NOSCRIPT (its script cache was flushed, or it restarted), as
+// redis.Script.Run does, but with one argument slice built once: this is
+// the path of every decision of a lone caller. A coalesced call goes in a
+// pipeline through RunMany, and is sent on its own as above if the server
+// still refuses it with NOSCRIPT there (its cache was flushed again).
 func (s *Store) Run(ctx context.Context, sc *core.Script, keys, args []string) ([]int64, error) {
+	if s.co != nil {
+		return s.runCoalesced(ctx, sc, keys, args)
+	}
+	return s.runDirect(ctx, sc, keys, args)
+}
+
+// runDirect is Run on a connection of its own: EVALSHA, then EVAL on
+// NOSCRIPT.
+func (s *Store) runDirect(ctx context.Context, sc *core.Script, keys, args []string) ([]int64, error) {
 	sh := s.script(sc)
 	argv := make([]any, 3+len(keys)+len(args))
 	argv[0], argv[1], argv[2] = "evalsha", sh.sha, len(keys)

@@ -182,7 +182,9 @@ func TestServeStartsDuringClusterOutage(t *testing.T) {
 	}
 	var st serve.Status
 	_, raw := get("/status", "")
-	if err := json.Unmarshal([]byte(raw), &st); err != nil || st.Breaker != "open" || st.PendingLog != 3 || !st.Ready {
+	// Three grants logged: three entries, or fewer when they came within a
+	// millisecond (one token bucket entry holds them all).
+	if err := json.Unmarshal([]byte(raw), &st); err != nil || st.Breaker != "open" || st.PendingLog < 1 || st.PendingLog > 3 || !st.Ready {
 		t.Errorf("/status during the outage: %s", raw)
 	}
 	for _, want := range []string{"Redis not reachable, limiting locally", "store unavailable: serve: not connected to Redis Cluster seeds"} {

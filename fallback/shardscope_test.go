@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,6 +23,16 @@ type modeCount struct {
 	ld                 load
 	inRedis, inLocal   atomic.Int64 // decisions made while the window was open
 	outRedis, outLocal atomic.Int64
+	victim             bool // the key's master is the one killed
+}
+
+// shardOf lists an instance's shards' breaker states.
+func shardOf(st fallback.Status) string {
+	var b strings.Builder
+	for _, s := range st.Shards {
+		fmt.Fprintf(&b, "[%s %s]", s.Slots, s.Breaker)
+	}
+	return b.String()
 }
 
 // TestClusterShardScope kills one master of a 3-master cluster without
@@ -69,8 +80,8 @@ func TestClusterShardScope(t *testing.T) {
 
 			var window atomic.Bool
 			counts := map[string]*modeCount{}
-			for _, k := range keys {
-				counts[k] = &modeCount{}
+			for m, k := range keys {
+				counts[k] = &modeCount{victim: m == victim}
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 9*time.Second)
 			defer cancel()
@@ -90,6 +101,11 @@ func TestClusterShardScope(t *testing.T) {
 								mc.ld.errors.Add(1)
 							case r.Mode == core.ModeRedis && inWin:
 								mc.inRedis.Add(1)
+								if mc.victim {
+									// Unexpected: say when and where.
+									t.Logf("%s: %s decided through Redis during the outage at +%v: %+v (shard %s)",
+										in.lims[n%len(in.lims)].Status().ID, k, time.Since(start).Round(time.Millisecond), r, shardOf(in.lims[n%len(in.lims)].Status()))
+								}
 							case inWin:
 								mc.inLocal.Add(1)
 							case r.Mode == core.ModeRedis:

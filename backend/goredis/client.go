@@ -66,6 +66,13 @@ type ClientOptions struct {
 // connection costs one round trip, HELLO. Creating it does not connect: it
 // cannot fail because Redis is down.
 //
+// Pipelines (coalesced Run calls, RunMany) use the same pool as single
+// calls (PipelinePoolSize -1), not go-redis's separate pipeline pool, which
+// never keeps idle connections: a pipeline on a new connection pays the
+// dial and HELLO round trips first, and on a slow link (200 ms each way,
+// TestNetLatency) that alone passed the call deadline, after which the
+// connection was dropped and the next pipeline dialled again.
+//
 // After PoolSize failed dials in a row, go-redis fails calls at once with the
 // last dial error until a background dial, tried every second, succeeds: once
 // Redis is back, calls may keep failing (fast) for up to about a second.
@@ -115,6 +122,7 @@ func tune(so *redis.Options, o ClientOptions) {
 		so.PoolSize = o.PoolSize
 	}
 	so.ContextTimeoutEnabled = true
+	so.PipelinePoolSize = -1 // pipelines share the warm pool (see NewClient)
 	so.MaxRetries = -1
 	so.DialerRetries = 1
 	so.DisableIdentity = true
@@ -140,6 +148,7 @@ func tuneCluster(co *redis.ClusterOptions, o ClientOptions) {
 		co.PoolSize = o.PoolSize
 	}
 	co.ContextTimeoutEnabled = true
+	co.PipelinePoolSize = -1
 	co.MaxRetries = -1
 	co.DialerRetries = 1
 	co.DisableIdentity = true

@@ -75,13 +75,18 @@ func newCoalescer(o StoreOptions) *coalescer {
 // received the call's outcome: a flusher does not touch it once it has
 // sent on done.
 type pending struct {
-	ctx  context.Context
-	call core.Call
-	kv   []string             // the call's keys then args, copied
-	done chan core.CallResult // buffered: a flusher never waits for the caller
+	ctx   context.Context
+	call  core.Call
+	stall *time.Timer          // fires stallAfter after the call was queued: see kick
+	kv    []string             // the call's keys then args, copied
+	done  chan core.CallResult // buffered: a flusher never waits for the caller
 }
 
-var pendingPool = sync.Pool{New: func() any { return &pending{done: make(chan core.CallResult, 1)} }}
+var pendingPool = sync.Pool{New: func() any {
+	p := &pending{done: make(chan core.CallResult, 1), stall: time.NewTimer(stallAfter)}
+	p.stall.Stop()
+	return p
+}}
 
 // runCoalesced is Run on a Store that coalesces: on its own when no other
 // call is in flight, else queued for a pipeline.
@@ -102,25 +107,51 @@ func (s *Store) runCoalesced(ctx context.Context, sc *core.Script, keys, args []
 	p.kv = append(append(p.kv[:0], keys...), args...)
 	p.call = core.Call{Script: sc, Keys: p.kv[:len(keys):len(keys)], Args: p.kv[len(keys):]}
 	s.enqueue(p)
-	select {
-	case r := <-p.done:
-		clear(p.kv)
-		p.ctx, p.call = nil, core.Call{}
-		pendingPool.Put(p)
-		if r.Err != nil && redis.HasErrorPrefix(r.Err, "NOSCRIPT") {
-			// Not run: the script cache was flushed again between
-			// RunMany's SCRIPT LOAD and its second sending. EVAL cannot
-			// meet NOSCRIPT.
-			return s.runDirect(ctx, sc, keys, args)
+	p.stall.Reset(stallAfter)
+	for {
+		select {
+		case <-p.stall.C:
+			s.kick()
+			continue
+		case r := <-p.done:
+			p.stall.Stop()
+			return s.received(ctx, p, r, sc, keys, args)
+		case <-ctx.Done():
+			p.stall.Stop()
+			// The call may be in a pipeline already, so its outcome is
+			// unknown, as for a direct call that timed out after it was
+			// sent. p stays with its flusher and is not reused.
+			return nil, classify(sc.Name(), ctx.Err())
 		}
-		return r.Reply, r.Err
-	case <-ctx.Done():
-		// The call may be in a pipeline already, so its outcome is
-		// unknown, as for a direct call that timed out after it was
-		// sent. p stays with its flusher and is not reused.
-		return nil, classify(sc.Name(), ctx.Err())
 	}
 }
+
+// received returns the outcome r of p's call to its caller and p to the
+// pool.
+func (s *Store) received(ctx context.Context, p *pending, r core.CallResult, sc *core.Script, keys, args []string) ([]int64, error) {
+	clear(p.kv)
+	p.ctx, p.call = nil, core.Call{}
+	pendingPool.Put(p)
+	if r.Err != nil && redis.HasErrorPrefix(r.Err, "NOSCRIPT") {
+		// Not run: the script cache was flushed again between RunMany's
+		// SCRIPT LOAD and its second sending. EVAL cannot meet NOSCRIPT.
+		return s.runDirect(ctx, sc, keys, args)
+	}
+	return r.Reply, r.Err
+}
+
+// stallAfter and maxStallFlushers bound head-of-line waiting. A queued call
+// waits for a flusher, and with Pipelines in flight a flusher is free only
+// when a pipeline's round trip ends: on a slow link (200 ms each way) a
+// call would wait a whole round trip before it is even sent, and then miss
+// its deadline. So a call still waiting after stallAfter starts one more
+// flusher if every flusher is busy, up to maxStallFlushers: on a slow link
+// calls are then sent about as they come, as without coalescing. An extra
+// flusher leaves after its pipeline.
+const (
+	stallAfter       = 2 * time.Millisecond
+	maxStallFlushers = 64
+)
 
 // enqueue queues p and starts a flusher unless one is about to take the
 // queue or Pipelines are running.
@@ -129,6 +160,21 @@ func (s *Store) enqueue(p *pending) {
 	co.mu.Lock()
 	co.queue = append(co.queue, p)
 	start := co.flushers == co.busy && co.flushers < co.pipelines
+	if start {
+		co.flushers++
+	}
+	co.mu.Unlock()
+	if start {
+		go s.flush()
+	}
+}
+
+// kick starts one more flusher for a call that has waited stallAfter, if
+// calls are queued and every flusher is busy.
+func (s *Store) kick() {
+	co := s.co
+	co.mu.Lock()
+	start := len(co.queue) > 0 && co.flushers == co.busy && co.flushers < maxStallFlushers
 	if start {
 		co.flushers++
 	}
@@ -169,6 +215,12 @@ func (s *Store) flush() {
 		clear(batch)
 		co.mu.Lock()
 		co.busy--
+		if co.flushers > co.pipelines {
+			// An extra flusher of a stall.
+			co.flushers--
+			co.mu.Unlock()
+			return
+		}
 	}
 }
 

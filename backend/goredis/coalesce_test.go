@@ -384,7 +384,8 @@ func BenchmarkRunCoalesced(b *testing.B) {
 	for _, bc := range []struct {
 		name string
 		o    goredis.StoreOptions
-	}{{"direct", goredis.StoreOptions{NoCoalesce: true}}, {"coalesced", goredis.StoreOptions{}}} {
+	}{{"direct", goredis.StoreOptions{NoCoalesce: true}}, {"coalesced", goredis.StoreOptions{}},
+		{"coalesced_8_pipelines", goredis.StoreOptions{Pipelines: 8}}} {
 		s := goredis.NewWithOptions(newClient(b, url, goredis.ClientOptions{}), bc.o)
 		l, err := core.NewLimiter(s, core.Options{Prefix: "bench:"})
 		if err != nil {
@@ -420,4 +421,48 @@ func BenchmarkRunCoalesced(b *testing.B) {
 			report(b, pipes0, calls0)
 		})
 	}
+}
+
+// TestCoalescedStall: while every flusher waits on a stalled round trip
+// (the server paused), a call still queued after a few milliseconds starts
+// another flusher instead of waiting a whole round trip to be sent; once
+// the server answers every call succeeds and the extra flushers leave.
+func TestCoalescedStall(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	s := goredis.NewWithOptions(newClient(t, srv.URL(), goredis.ClientOptions{ReadTimeout: 3 * time.Second, WriteTimeout: 3 * time.Second}), goredis.StoreOptions{Pipelines: 1})
+	if _, err := s.Run(context.Background(), scriptEcho, []string{"{s}:k"}, []string{"0"}); err != nil {
+		t.Fatalf("healthy: %v", err)
+	}
+	srv.Pause()
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	call := func(g int) {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			got, err := s.Run(ctx, scriptEcho, []string{"{s}:k"}, []string{strconv.Itoa(g)})
+			if (err != nil || len(got) != 2 || got[0] != int64(g)) && failed.Add(1) <= 5 {
+				t.Errorf("call %d: %v %v", g, got, err)
+			}
+		})
+	}
+	// One call sent on its own, one in the one pipeline allowed: both
+	// stalled. Then calls queue behind them.
+	call(0)
+	time.Sleep(50 * time.Millisecond)
+	call(1)
+	time.Sleep(50 * time.Millisecond)
+	for g := 2; g < 16; g++ {
+		call(g)
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond)
+	stalled := s.Flushers()
+	srv.Resume()
+	wg.Wait()
+	if stalled < 2 {
+		t.Errorf("%d flushers while a pipeline was stalled with calls queued behind it; want more than the 1 configured", stalled)
+	}
+	waitNoFlushers(t, s)
 }

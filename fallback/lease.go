@@ -19,8 +19,9 @@ type keyState struct {
 	tb     tokenbucket.State
 	tbOK   bool
 	sw     weightedLog
-	seed   core.Seed // known state when the lease began, for reconciliation
-	deny   denial    // the last Redis denial, answered from memory until its retry time
+	seed   core.Seed  // known state when the lease began, for reconciliation
+	deny   denial     // the last Redis denial, answered from memory until its retry time
+	live   *liveGrant // the key's live outage log entry, if any (token bucket)
 }
 
 // known is the key's state in the last Redis reply: for a token bucket its

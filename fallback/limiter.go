@@ -422,14 +422,18 @@ func (l *Limiter) local(ctx context.Context, p core.Policy, key string, cost int
 		return core.Result{Limit: p.Limit(), RetryAfter: l.breaker.ProbeInterval(), Mode: core.ModeFailClosed, Degraded: true}, nil
 	case FailOpen:
 		g := core.Grant{ID: id, Cost: cost, At: l.storeMicros()}
-		if err := l.log.addParts(l.o.Prefix, key, p, core.Seed{}, g); err != nil {
+		if _, err := l.log.addParts(l.o.Prefix, key, p, core.Seed{}, g); err != nil {
 			return core.Result{Limit: p.Limit(), RetryAfter: time.Second, Mode: core.ModeFailOpen, Degraded: true}, nil
 		}
 		return core.Result{Allowed: true, Limit: p.Limit(), Remaining: p.Limit(), Mode: core.ModeFailOpen, Degraded: true}, nil
 	}
 	n := l.instances.Load()
+	// While recovering, a grant is replayed at once (below), not logged.
+	confirming := l.confirming.Load() && l.breaker.State() == Reconciling
 	var rep core.Reply
 	var seed core.Seed
+	var logged bool
+	var logErr error
 	l.leases.UpdateParts(l.o.Prefix, p.Name(), key, func(prev any, now int64) (any, int64) {
 		ks, _ := prev.(*keyState)
 		if ks == nil {
@@ -437,13 +441,25 @@ func (l *Limiter) local(ctx context.Context, p core.Policy, key string, cost int
 		}
 		rep = ks.decideLease(p, n, now, cost)
 		seed = ks.seed
+		if rep.Allowed && !confirming {
+			// Logged under the key's lock: a token bucket grant joins the
+			// key's live log entry without the log's lock when it can.
+			logged = true
+			if ks.live == nil || !ks.live.add(cost, rep.Now) {
+				ks.live, logErr = l.log.addParts(l.o.Prefix, key, p, seed, core.Grant{ID: id, Cost: cost, At: rep.Now})
+			}
+		}
 		return ks, rep.ResetAfter + int64(time.Second/time.Microsecond)
 	})
 	r := result(share(p.Limit(), n), rep, core.ModeLocal, true)
-	if !r.Allowed {
+	if logErr != nil {
+		// Denied: a grant that cannot be logged would be lost usage.
+		r.Allowed, r.RetryAfter = false, time.Second
+	}
+	if !r.Allowed || logged {
 		return r, nil
 	}
-	if l.confirming.Load() && l.breaker.State() == Reconciling {
+	if confirming {
 		// Redis is back and this instance's log is replayed: the grant is
 		// replayed at once, in the recovery's merge log, instead of waiting
 		// in the outage log until after the switch back to Redis.
@@ -457,7 +473,7 @@ func (l *Limiter) local(ctx context.Context, p core.Policy, key string, cost int
 			return r, nil
 		}
 	}
-	if err := l.log.addParts(l.o.Prefix, key, p, seed, core.Grant{ID: id, Cost: cost, At: rep.Now}); err != nil {
+	if _, err := l.log.addParts(l.o.Prefix, key, p, seed, core.Grant{ID: id, Cost: cost, At: rep.Now}); err != nil {
 		// Denied: a grant that cannot be logged would be lost usage.
 		r.Allowed, r.RetryAfter = false, time.Second
 	}

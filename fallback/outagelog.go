@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	"github.com/holdfast/holdfast/core"
@@ -59,6 +60,67 @@ func newOutageLog(prefix string, max int) *outageLog {
 type openBatch struct {
 	core.Batch
 	group int64
+	// live is a token bucket batch's last grant while later grants can
+	// still join it without the log's lock (when isLive); its Grants entry
+	// is stale until closeLive. One per batch, reopened for each group.
+	live   liveGrant
+	isLive bool
+}
+
+// liveGrant is an open batch's last token bucket grant while grants still
+// coalesce into it without the log's lock: a decision adds its cost while
+// it holds its key's lease lock (one writer per key at a time), and the log
+// closes it under its own lock (seal, compaction, the key's next group) by
+// swapping in a negative cost, after which an add fails and the grant goes
+// the locked way. The close reads every cost added before it. at is raised
+// before the cost is added, so a close may keep a later time than its
+// costs need: charged later, never under-counted.
+type liveGrant struct {
+	cost  atomic.Int64 // negative: closed
+	at    atomic.Int64
+	start atomic.Int64 // the group's first grant time
+}
+
+// add adds a grant of cost at time at, if it falls in the group and the
+// grant is not closed. An add that read the previous group's start and
+// lands in the next group is charged at that group's later time: never
+// under-counted.
+func (lg *liveGrant) add(cost, at int64) bool {
+	if at-lg.start.Load() >= coalesceMicros {
+		return false
+	}
+	for a := lg.at.Load(); at > a && !lg.at.CompareAndSwap(a, at); a = lg.at.Load() {
+	}
+	for {
+		c := lg.cost.Load()
+		if c < 0 {
+			return false
+		}
+		if lg.cost.CompareAndSwap(c, c+cost) {
+			return true
+		}
+	}
+}
+
+// closeLive writes b's live grant back into its last grant and closes it.
+// The log's lock is held.
+func (b *openBatch) closeLive() {
+	if !b.isLive {
+		return
+	}
+	last := &b.Grants[len(b.Grants)-1]
+	last.Cost = b.live.cost.Swap(-1)
+	last.At = b.live.at.Load()
+	b.isLive = false
+}
+
+// openLive makes gr, just appended, b's live grant, and returns it.
+func (b *openBatch) openLive(gr core.Grant) *liveGrant {
+	b.live.start.Store(gr.At)
+	b.live.at.Store(gr.At)
+	b.live.cost.Store(gr.Cost) // last: an add sees the group only now
+	b.isLive = true
+	return &b.live
 }
 
 // add logs a grant of key under policy p; seed is the key's known state
@@ -66,12 +128,15 @@ type openBatch struct {
 func (g *outageLog) add(key string, p core.Policy, seed core.Seed, gr core.Grant) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.addLocked(key, p, seed, gr)
+	_, err := g.addLocked(key, p, seed, gr)
+	return err
 }
 
 // addParts is add for the key StorageKey(prefix, p.Name(), key), built only
-// when the key has no open batch yet.
-func (g *outageLog) addParts(prefix, key string, p core.Policy, seed core.Seed, gr core.Grant) error {
+// when the key has no open batch yet. For a token bucket it returns the
+// batch's live grant, which the key's next grants may join without the
+// log's lock (liveGrant.add).
+func (g *outageLog) addParts(prefix, key string, p core.Policy, seed core.Seed, gr core.Grant) (*liveGrant, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if b := g.last; b != nil && key == g.lastKey && p.Name() == g.lastPolicy && prefix == g.lastPrefix {
@@ -84,44 +149,57 @@ func (g *outageLog) addParts(prefix, key string, p core.Policy, seed core.Seed, 
 	} else {
 		skey = string(g.buf)
 	}
-	err := g.addLocked(skey, p, seed, gr)
+	live, err := g.addLocked(skey, p, seed, gr)
 	if b := g.open[skey]; b != nil {
 		// The client key as the tail of b's key ("…:key}"): the caller's
 		// string is not kept.
 		g.last, g.lastPrefix, g.lastPolicy, g.lastKey = b, prefix, p.Name(), b.Key[len(b.Key)-1-len(key):len(b.Key)-1]
 	}
-	return err
+	return live, err
 }
 
-func (g *outageLog) addLocked(key string, p core.Policy, seed core.Seed, gr core.Grant) error {
+func (g *outageLog) addLocked(key string, p core.Policy, seed core.Seed, gr core.Grant) (*liveGrant, error) {
 	b := g.open[key]
 	if b == nil {
 		if err := g.roomLocked(gr.At); err != nil {
-			return err
+			return nil, err
 		}
 		b = &openBatch{Batch: core.Batch{Key: key, Policy: p, Seed: seed}}
+		b.live.cost.Store(-1)
 		g.open[key] = b
 	}
 	return g.appendLocked(b, gr)
 }
 
 // appendLocked adds gr to b: to its last grant when they coalesce (see
-// openBatch), else as a new grant if the log has room.
-func (g *outageLog) appendLocked(b *openBatch, gr core.Grant) error {
-	if n := len(b.Grants); n > 0 && gr.At-b.group < coalesceMicros && b.Policy.Algorithm().Name() == tokenbucket.Name {
-		// Charged at the later time: later refills less, never under-counts.
-		last := &b.Grants[n-1]
-		last.Cost += gr.Cost
-		last.At = max(last.At, gr.At)
-		return nil
+// openBatch), else as a new grant if the log has room. A token bucket
+// batch's new grant is live (see liveGrant), returned.
+func (g *outageLog) appendLocked(b *openBatch, gr core.Grant) (*liveGrant, error) {
+	tb := b.Policy.Algorithm().Name() == tokenbucket.Name
+	if tb {
+		if b.isLive && b.live.add(gr.Cost, gr.At) {
+			return &b.live, nil
+		}
+		if n := len(b.Grants); n > 0 && !b.isLive && gr.At-b.group < coalesceMicros {
+			// Charged at the later time: later refills less, never
+			// under-counts.
+			last := &b.Grants[n-1]
+			last.Cost += gr.Cost
+			last.At = max(last.At, gr.At)
+			return nil, nil
+		}
 	}
 	if err := g.roomLocked(gr.At); err != nil {
-		return err
+		return nil, err
 	}
+	b.closeLive()
 	b.Grants = append(b.Grants, gr)
 	b.group = gr.At
 	g.grants++
-	return nil
+	if !tb {
+		return nil, nil
+	}
+	return b.openLive(gr), nil
 }
 
 // roomLocked makes room for one more grant at store time now, compacting
@@ -144,6 +222,7 @@ func (g *outageLog) roomLocked(now int64) error {
 // compactLocked shrinks the open batches; see outageLog.
 func (g *outageLog) compactLocked(now int64) {
 	for _, b := range g.open {
+		b.closeLive()
 		n := len(b.Grants)
 		if n == 0 {
 			continue
@@ -192,6 +271,7 @@ func (g *outageLog) seal() []core.Batch {
 	slices.Sort(keys)
 	for _, k := range keys {
 		b := g.open[k]
+		b.closeLive()
 		delete(g.open, k)
 		g.last = nil
 		slices.SortStableFunc(b.Grants, func(x, y core.Grant) int { return cmp.Compare(x.At, y.At) })

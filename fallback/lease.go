@@ -56,6 +56,15 @@ func (k *keyState) observe(p core.Policy, r core.Reply) {
 // smaller than the instance count still admits something during an outage.
 func share(limit, n int64) int64 { return max(limit/n, 1) }
 
+// algName is p's algorithm's name, without an interface call for the
+// built-in token bucket (the local path's common case).
+func algName(p core.Policy) string {
+	if a := p.Algorithm(); a != tokenbucket.Algorithm {
+		return a.Name()
+	}
+	return tokenbucket.Name
+}
+
 // decideLease makes a local decision of cost units under the instance's
 // 1/n share of policy p and reports it as a Reply in units of the share.
 //
@@ -74,7 +83,7 @@ func (k *keyState) decideLease(p core.Policy, n, now, cost int64) core.Reply {
 		}
 	}
 	var r [core.ReplyLen]int64
-	switch p.Algorithm().Name() {
+	switch algName(p) {
 	case tokenbucket.Name:
 		t := p.Interval().Microseconds()
 		// Credit is shared in microseconds: a token costs n·t locally, and a

@@ -175,7 +175,7 @@ func (g *outageLog) addLocked(key string, p core.Policy, seed core.Seed, gr core
 // openBatch), else as a new grant if the log has room. A token bucket
 // batch's new grant is live (see liveGrant), returned.
 func (g *outageLog) appendLocked(b *openBatch, gr core.Grant) (*liveGrant, error) {
-	tb := b.Policy.Algorithm().Name() == tokenbucket.Name
+	tb := algName(b.Policy) == tokenbucket.Name
 	if tb {
 		if b.isLive && b.live.add(gr.Cost, gr.At) {
 			return &b.live, nil

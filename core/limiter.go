@@ -4,8 +4,6 @@ import (
 	"context"
 	"strings"
 	"time"
-
-	"github.com/google/uuid"
 )
 
 // MaxKeyLen is the longest client key, in bytes. Keys are binary-safe.
@@ -21,7 +19,7 @@ type Options struct {
 	// contain '{' or '}', which delimit the Redis Cluster hash tag.
 	Prefix string
 	// NewID returns a unique request id for algorithms that log each
-	// request. nil means a random UUID.
+	// request. nil means NewRequestID.
 	NewID func() string
 }
 
@@ -55,7 +53,7 @@ func NewLimiter(store Store, opts Options) (*Limiter, error) {
 	}
 	l := &Limiter{store: store, prefix: prefix, newID: opts.NewID}
 	if l.newID == nil {
-		l.newID = uuid.NewString
+		l.newID = NewRequestID
 	}
 	if lo, ok := store.(Localer); ok && lo.Local() {
 		l.mode = ModeLocal

@@ -351,7 +351,7 @@ func (l *Limiter) decide(ctx context.Context, p core.Policy, key string, cost in
 	}
 	var id string
 	if p.Algorithm().NeedsID() {
-		id = uuid.NewString()
+		id = core.NewRequestID()
 	}
 	if closed {
 		r, err := l.remote(ctx, gen, p, key, cost, id)

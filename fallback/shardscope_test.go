@@ -22,6 +22,7 @@ import (
 type modeCount struct {
 	ld                 load
 	inRedis, inLocal   atomic.Int64 // decisions made while the window was open
+	inRedisAdmitted    atomic.Int64 // of inRedis, admissions
 	outRedis, outLocal atomic.Int64
 	victim             bool // the key's master is the one killed
 }
@@ -101,9 +102,14 @@ func TestClusterShardScope(t *testing.T) {
 								mc.ld.errors.Add(1)
 							case r.Mode == core.ModeRedis && inWin:
 								mc.inRedis.Add(1)
+								if r.Allowed {
+									mc.inRedisAdmitted.Add(1)
+								}
 								if mc.victim {
-									// Unexpected: say when and where.
-									t.Logf("%s: %s decided through Redis during the outage at +%v: %+v (shard %s)",
+									// A denial from the denial memory, or
+									// (a failure) an admission: say when and
+									// where.
+									t.Logf("%s: %s answered in mode redis during the outage at +%v: %+v (shards %s)",
 										in.lims[n%len(in.lims)].Status().ID, k, time.Since(start).Round(time.Millisecond), r, shardOf(in.lims[n%len(in.lims)].Status()))
 								}
 							case inWin:
@@ -164,12 +170,16 @@ func TestClusterShardScope(t *testing.T) {
 					t.Errorf("%s: %d errors reached callers", k, mc.ld.errors.Load())
 				}
 				if m == victim {
-					// All local but for a handful: one run in four under load
-					// saw 3 of 3816 answered with Mode redis while the master
-					// was down (not explained yet; a breaker scoped wrongly
-					// would show thousands).
-					if redis, local := mc.inRedis.Load(), mc.inLocal.Load(); local == 0 || 100*redis > local {
-						t.Errorf("%s on the dead shard: %d decisions through Redis, %d local while it was down; want (almost) all local", k, redis, local)
+					// Nothing is admitted on Redis's word while the master is
+					// down. A denial Redis made before the kill may still be
+					// answered from the denial memory (mode redis) until its
+					// retry time: an instance whose calls on the key were all
+					// answered from memory has seen no failure, so its shard's
+					// breaker is still closed. That is right (no unit can come
+					// back earlier), and it is what a run saw 0.5 s after the
+					// kill: a denial with 57 µs left, every breaker closed.
+					if admitted, local := mc.inRedisAdmitted.Load(), mc.inLocal.Load(); local == 0 || admitted != 0 {
+						t.Errorf("%s on the dead shard: %d admitted in mode redis, %d decided locally while it was down; want none and some", k, admitted, local)
 					}
 				} else if local, all := mc.inLocal.Load(), mc.inLocal.Load()+mc.inRedis.Load(); all == 0 || 4*local > all {
 					// A healthy shard's breaker may still trip on its own

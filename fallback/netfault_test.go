@@ -312,58 +312,90 @@ func (r *netRun) check(t *testing.T, rig *netRig, fault, backend string, slack f
 	}
 }
 
-// TestNetPartialPartition black-holes the links of 2 of the 4 instances for
-// 3 s while the other 2 still reach Redis. The connected ones decide
-// through Redis throughout, the cut-off ones with their leases; the limit
-// holds within the partial partition slack.
-func TestNetPartialPartition(t *testing.T) {
+// netScenario runs one network fault on both backends, each on a rig of
+// its own: fault is injected for the run's fault span and lifted after
+// (see netRig.run), the run is checked against the bound with the slack
+// slack(r) (see netRun.check), and then more checks the scenario's own
+// expectations.
+func netScenario(t *testing.T, name string, fault func(rig *netRig) func() func(), slack func(p core.Policy, r *netRun) float64, more func(t *testing.T, p core.Policy, r *netRun)) {
 	t.Parallel()
 	p, _ := tokenbucket.Policy("tb", 10, 20)
 	for _, backend := range netBackends {
 		t.Run(backend, func(t *testing.T) {
 			t.Parallel()
 			rig := startNetRig(t, backend)
-			connected, cut := []int{0, 1}, []int{2, 3}
-			r := rig.run(t, p, func() func() {
-				for _, i := range cut {
-					rig.px[i].Cut()
-				}
-				return func() {
-					for _, i := range cut {
-						rig.px[i].Restore()
-					}
-				}
-			})
-			r.check(t, rig, "partial partition: 2 of 4 links black-holed for 3 s", backend, partialSlack(p, len(cut), r.span))
-			for _, i := range connected {
-				if tl := &r.tally[phaseDuring][i]; tl.local.Load() != 0 || tl.other.Load() != 0 || tl.redis.Load() == 0 {
-					t.Errorf("connected app%d decided %d times through Redis and %d otherwise during the cut; want every decision through Redis",
-						i+1, tl.redis.Load(), tl.local.Load()+tl.other.Load())
-				}
+			r := rig.run(t, p, fault(rig))
+			var sl float64
+			if slack != nil {
+				sl = slack(p, r)
 			}
-			for _, i := range cut {
-				tl := &r.tally[phaseDuring][i]
-				// Until its breaker opens (3 failed calls) a cut-off
-				// instance may still answer a repeat of a Redis denial from
-				// memory (Mode redis); it cannot admit through Redis.
-				if n := admittedRedis(tl); n != 0 || tl.other.Load() != 0 {
-					t.Errorf("cut-off app%d admitted %d through Redis and decided %d otherwise during the cut", i+1, n, tl.other.Load())
-				}
-				if tl.local.Load() < 19*tl.redis.Load() {
-					t.Errorf("cut-off app%d decided %d locally and %d from Redis's denials during the cut; want at least 95%% local", i+1, tl.local.Load(), tl.redis.Load())
-				}
-			}
-			// During the cut Redis gives the connected instances the whole
-			// refill, and each cut-off instance grants from its 1/N share.
-			c, rate := float64(p.Limit()), tokenbucket.Rate(p)
-			if got, want := float64(r.sum(phaseDuring, connected, admittedRedis)), c+rate*r.span.Seconds(); got > want+1 {
-				t.Errorf("connected instances admitted %.0f during the cut, want at most capacity + rate × span = %.1f", got, want)
-			}
-			if got, want := float64(r.sum(phaseDuring, cut, admittedLocal)), float64(len(cut))/netInstances*(c+rate*r.span.Seconds()); got > want+float64(len(cut)) {
-				t.Errorf("cut-off instances admitted %.0f locally during the cut, want at most their shares %.1f", got, want)
+			r.check(t, rig, name, backend, sl)
+			if more != nil {
+				more(t, p, r)
 			}
 		})
 	}
+}
+
+// toxicOn returns a fault that adds the toxic toxic makes to the links of
+// the instances which.
+func toxicOn(which []int, toxic func(*toxitest.Proxy) *toxitest.Toxic) func(rig *netRig) func() func() {
+	return func(rig *netRig) func() func() { return rig.onLinks(which, toxic) }
+}
+
+// partialOf is the slack of a partial partition cutting off k instances.
+func partialOf(k int) func(p core.Policy, r *netRun) float64 {
+	return func(p core.Policy, r *netRun) float64 { return partialSlack(p, k, r.span) }
+}
+
+var allLinks = []int{0, 1, 2, 3}
+
+// TestNetPartialPartition black-holes the links of 2 of the 4 instances for
+// 3 s while the other 2 still reach Redis. The connected ones decide
+// through Redis throughout, the cut-off ones with their leases; the limit
+// holds within the partial partition slack.
+func TestNetPartialPartition(t *testing.T) {
+	connected, cut := []int{0, 1}, []int{2, 3}
+	netScenario(t, "partial partition: 2 of 4 links black-holed for 3 s", func(rig *netRig) func() func() {
+		return func() func() {
+			for _, i := range cut {
+				rig.px[i].Cut()
+			}
+			return func() {
+				for _, i := range cut {
+					rig.px[i].Restore()
+				}
+			}
+		}
+	}, partialOf(len(cut)), func(t *testing.T, p core.Policy, r *netRun) {
+		for _, i := range connected {
+			if tl := &r.tally[phaseDuring][i]; tl.local.Load() != 0 || tl.other.Load() != 0 || tl.redis.Load() == 0 {
+				t.Errorf("connected app%d decided %d times through Redis and %d otherwise during the cut; want every decision through Redis",
+					i+1, tl.redis.Load(), tl.local.Load()+tl.other.Load())
+			}
+		}
+		for _, i := range cut {
+			tl := &r.tally[phaseDuring][i]
+			// Until its breaker opens (3 failed calls) a cut-off instance
+			// may still answer a repeat of a Redis denial from memory
+			// (Mode redis); it cannot admit through Redis.
+			if n := admittedRedis(tl); n != 0 || tl.other.Load() != 0 {
+				t.Errorf("cut-off app%d admitted %d through Redis and decided %d otherwise during the cut", i+1, n, tl.other.Load())
+			}
+			if tl.local.Load() < 19*tl.redis.Load() {
+				t.Errorf("cut-off app%d decided %d locally and %d from Redis's denials during the cut; want at least 95%% local", i+1, tl.local.Load(), tl.redis.Load())
+			}
+		}
+		// During the cut Redis gives the connected instances the whole
+		// refill, and each cut-off instance grants from its 1/N share.
+		c, rate := float64(p.Limit()), tokenbucket.Rate(p)
+		if got, want := float64(r.sum(phaseDuring, connected, admittedRedis)), c+rate*r.span.Seconds(); got > want+1 {
+			t.Errorf("connected instances admitted %.0f during the cut, want at most capacity + rate × span = %.1f", got, want)
+		}
+		if got, want := float64(r.sum(phaseDuring, cut, admittedLocal)), float64(len(cut))/netInstances*(c+rate*r.span.Seconds()); got > want+float64(len(cut)) {
+			t.Errorf("cut-off instances admitted %.0f locally during the cut, want at most their shares %.1f", got, want)
+		}
+	})
 }
 
 // TestNetLatency adds 200 ms to every reply on every link for 3 s: a call
@@ -372,18 +404,9 @@ func TestNetPartialPartition(t *testing.T) {
 // pass the threshold and a breaker opens: that instance then uses its
 // lease.
 func TestNetLatency(t *testing.T) {
-	t.Parallel()
-	p, _ := tokenbucket.Policy("tb", 10, 20)
-	for _, backend := range netBackends {
-		t.Run(backend, func(t *testing.T) {
-			t.Parallel()
-			rig := startNetRig(t, backend)
-			r := rig.run(t, p, rig.onLinks([]int{0, 1, 2, 3}, func(px *toxitest.Proxy) *toxitest.Toxic {
-				return px.AddLatency(200*time.Millisecond, 0, toxitest.Downstream)
-			}))
-			r.check(t, rig, "latency: +200 ms on every link for 3 s", backend, 0)
-		})
-	}
+	netScenario(t, "latency: +200 ms on every link for 3 s", toxicOn(allLinks, func(px *toxitest.Proxy) *toxitest.Toxic {
+		return px.AddLatency(200*time.Millisecond, 0, toxitest.Downstream)
+	}), nil, nil)
 }
 
 // TestNetLatencyPastDeadline adds 200 ms each way on 2 of the 4 links for
@@ -392,67 +415,41 @@ func TestNetLatency(t *testing.T) {
 // instances go to their leases, the other 2 stay on Redis: a partial
 // partition.
 func TestNetLatencyPastDeadline(t *testing.T) {
-	t.Parallel()
-	p, _ := tokenbucket.Policy("tb", 10, 20)
-	for _, backend := range netBackends {
-		t.Run(backend, func(t *testing.T) {
-			t.Parallel()
-			rig := startNetRig(t, backend)
-			slow := []int{2, 3}
-			r := rig.run(t, p, rig.onLinks(slow, func(px *toxitest.Proxy) *toxitest.Toxic {
-				return px.AddLatency(200*time.Millisecond, 0, toxitest.Upstream, toxitest.Downstream)
-			}))
-			r.check(t, rig, "latency: +200 ms each way on 2 of 4 links for 3 s", backend, partialSlack(p, len(slow), r.span))
-			// A reply can still beat the deadline's context when the
-			// caller was descheduled past both; nearly every decision is
-			// local.
-			for _, i := range slow {
-				if tl := &r.tally[phaseDuring][i]; tl.local.Load() < 19*(tl.redis.Load()+tl.other.Load()) {
-					t.Errorf("app%d decided %d locally and %d otherwise over a 400 ms round trip; want at least 95%% local",
-						i+1, tl.local.Load(), tl.redis.Load()+tl.other.Load())
-				}
+	slow := []int{2, 3}
+	netScenario(t, "latency: +200 ms each way on 2 of 4 links for 3 s", toxicOn(slow, func(px *toxitest.Proxy) *toxitest.Toxic {
+		return px.AddLatency(200*time.Millisecond, 0, toxitest.Upstream, toxitest.Downstream)
+	}), partialOf(len(slow)), func(t *testing.T, _ core.Policy, r *netRun) {
+		// A reply can still beat the deadline's context when the caller
+		// was descheduled past both; nearly every decision is local.
+		for _, i := range slow {
+			if tl := &r.tally[phaseDuring][i]; tl.local.Load() < 19*(tl.redis.Load()+tl.other.Load()) {
+				t.Errorf("app%d decided %d locally and %d otherwise over a 400 ms round trip; want at least 95%% local",
+					i+1, tl.local.Load(), tl.redis.Load()+tl.other.Load())
 			}
-		})
-	}
+		}
+	})
 }
 
 // TestNetTrickle limits every link to 2 KB/s each way for 3 s: a call is
 // about 150 bytes and its reply 50, but a script load or a replay batch is
 // kilobytes.
 func TestNetTrickle(t *testing.T) {
-	t.Parallel()
-	p, _ := tokenbucket.Policy("tb", 10, 20)
-	for _, backend := range netBackends {
-		t.Run(backend, func(t *testing.T) {
-			t.Parallel()
-			rig := startNetRig(t, backend)
-			r := rig.run(t, p, rig.onLinks([]int{0, 1, 2, 3}, func(px *toxitest.Proxy) *toxitest.Toxic {
-				return px.AddBandwidth(2, toxitest.Upstream, toxitest.Downstream)
-			}))
-			r.check(t, rig, "trickle: 2 KB/s each way on every link for 3 s", backend, 0)
-		})
-	}
+	netScenario(t, "trickle: 2 KB/s each way on every link for 3 s", toxicOn(allLinks, func(px *toxitest.Proxy) *toxitest.Toxic {
+		return px.AddBandwidth(2, toxitest.Upstream, toxitest.Downstream)
+	}), nil, nil)
 }
 
 // TestNetReset resets every connection on every link for 3 s as soon as
 // Redis replies: Redis has applied the call and the caller sees a reset (an
 // unknown outcome); reconnecting works, and is reset again.
 func TestNetReset(t *testing.T) {
-	t.Parallel()
-	p, _ := tokenbucket.Policy("tb", 10, 20)
-	for _, backend := range netBackends {
-		t.Run(backend, func(t *testing.T) {
-			t.Parallel()
-			rig := startNetRig(t, backend)
-			r := rig.run(t, p, rig.onLinks([]int{0, 1, 2, 3}, func(px *toxitest.Proxy) *toxitest.Toxic {
-				return px.ResetPeer(0, toxitest.Downstream)
-			}))
-			r.check(t, rig, "reset_peer on every link for 3 s", backend, 0)
-			for i := range netInstances {
-				if n := admittedRedis(&r.tally[phaseDuring][i]); n != 0 {
-					t.Errorf("app%d admitted %d through Redis while every reply was reset", i+1, n)
-				}
+	netScenario(t, "reset_peer on every link for 3 s", toxicOn(allLinks, func(px *toxitest.Proxy) *toxitest.Toxic {
+		return px.ResetPeer(0, toxitest.Downstream)
+	}), nil, func(t *testing.T, _ core.Policy, r *netRun) {
+		for i := range netInstances {
+			if n := admittedRedis(&r.tally[phaseDuring][i]); n != 0 {
+				t.Errorf("app%d admitted %d through Redis while every reply was reset", i+1, n)
 			}
-		})
-	}
+		}
+	})
 }

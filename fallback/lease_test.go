@@ -123,7 +123,7 @@ func TestLeaseRestartsFromFresherRedisView(t *testing.T) {
 func TestOutageLogBound(t *testing.T) {
 	tb, _ := tokenbucket.Policy("tb", 100, 1)
 	sw, _ := slidingwindow.Policy("sw", 100, time.Second)
-	g := newOutageLog("app1:x", 4)
+	g := newOutageLog("app1:x", "hf:", 4)
 	for i := range 3 {
 		if err := g.add("a", tb, core.Seed{}, core.Grant{Cost: 1, At: int64(i) * ms}); err != nil {
 			t.Fatal(err)
@@ -167,7 +167,7 @@ func TestOutageLogBound(t *testing.T) {
 func TestOutageLogSealBounds(t *testing.T) {
 	tb, _ := tokenbucket.Policy("tb", 100, 1)
 	sw, _ := slidingwindow.Policy("sw", 100_000, time.Minute)
-	g := newOutageLog("app1:x", 1<<20)
+	g := newOutageLog("app1:x", "hf:", 1<<20)
 	for i := range 3000 {
 		_ = g.add("hot", tb, core.Seed{}, core.Grant{Cost: 1, At: 1_000_000 + int64(i)})
 		_ = g.add("win", sw, core.Seed{}, core.Grant{ID: fmt.Sprint(i), Cost: 1, At: 1_000_000 + int64(i)})
@@ -204,7 +204,7 @@ func TestOutageLogSealBounds(t *testing.T) {
 func TestOutageLogCoalescesOnAdd(t *testing.T) {
 	tb, _ := tokenbucket.Policy("tb", 100, 1)
 	sw, _ := slidingwindow.Policy("sw", 100, time.Second)
-	g := newOutageLog("app1:x", 8)
+	g := newOutageLog("app1:x", "hf:", 8)
 	latest := map[int64]int64{} // group (ms) -> latest grant in it
 	for i := range 10_000 {
 		at := 1_000_000 + int64(i)/2
@@ -251,7 +251,7 @@ func TestOutageLogCoalescesOnAdd(t *testing.T) {
 // batch.
 func TestOutageLogLiveGrantsCountOnce(t *testing.T) {
 	tb, _ := tokenbucket.Policy("tb", 1_000_000, 1000)
-	g := newOutageLog("app1:x", 1<<20)
+	g := newOutageLog("app1:x", "hf:", 1<<20)
 	type keyLock struct {
 		sync.Mutex
 		live *liveGrant
@@ -292,7 +292,7 @@ func TestOutageLogLiveGrantsCountOnce(t *testing.T) {
 				cost := int64(1 + i%3)
 				if k.live == nil || !k.live.add(cost, k.at) {
 					var err error
-					if k.live, err = g.addParts("hf:", name, tb, core.Seed{}, core.Grant{Cost: cost, At: k.at}); err != nil {
+					if k.live, err = g.addParts(name, tb, core.Seed{}, core.Grant{Cost: cost, At: k.at}); err != nil {
 						t.Error(err)
 					}
 				}

@@ -191,7 +191,7 @@ func newLimiter(store core.Store, o Options, tag string) (*Limiter, error) {
 		return nil, err
 	}
 	l.leases = leases
-	l.log = newOutageLog(o.ID+":"+uuid.NewString()[:8], o.MaxLogGrants)
+	l.log = newOutageLog(o.ID+":"+uuid.NewString()[:8], o.Prefix, o.MaxLogGrants)
 	bo := o.Breaker
 	bo.Probe = l.probe
 	bo.Reconcile = l.recover
@@ -422,7 +422,7 @@ func (l *Limiter) local(ctx context.Context, p core.Policy, key string, cost int
 		return core.Result{Limit: p.Limit(), RetryAfter: l.breaker.ProbeInterval(), Mode: core.ModeFailClosed, Degraded: true}, nil
 	case FailOpen:
 		g := core.Grant{ID: id, Cost: cost, At: l.storeMicros()}
-		if _, err := l.log.addParts(l.o.Prefix, key, p, core.Seed{}, g); err != nil {
+		if _, err := l.log.addParts(key, p, core.Seed{}, g); err != nil {
 			return core.Result{Limit: p.Limit(), RetryAfter: time.Second, Mode: core.ModeFailOpen, Degraded: true}, nil
 		}
 		return core.Result{Allowed: true, Limit: p.Limit(), Remaining: p.Limit(), Mode: core.ModeFailOpen, Degraded: true}, nil
@@ -446,20 +446,13 @@ func (l *Limiter) local(ctx context.Context, p core.Policy, key string, cost int
 			// key's live log entry without the log's lock when it can.
 			logged = true
 			if ks.live == nil || !ks.live.add(cost, rep.Now) {
-				ks.live, logErr = l.log.addParts(l.o.Prefix, key, p, seed, core.Grant{ID: id, Cost: cost, At: rep.Now})
+				ks.live, logErr = l.log.addParts(key, p, seed, core.Grant{ID: id, Cost: cost, At: rep.Now})
 			}
 		}
 		return ks, rep.ResetAfter + int64(time.Second/time.Microsecond)
 	})
 	r := result(share(p.Limit(), n), rep, core.ModeLocal, true)
-	if logErr != nil {
-		// Denied: a grant that cannot be logged would be lost usage.
-		r.Allowed, r.RetryAfter = false, time.Second
-	}
-	if !r.Allowed || logged {
-		return r, nil
-	}
-	if confirming {
+	if r.Allowed && !logged { // confirming: not logged above
 		// Redis is back and this instance's log is replayed: the grant is
 		// replayed at once, in the recovery's merge log, instead of waiting
 		// in the outage log until after the switch back to Redis.
@@ -472,8 +465,9 @@ func (l *Limiter) local(ctx context.Context, p core.Policy, key string, cost int
 		if errs[0] == nil {
 			return r, nil
 		}
+		_, logErr = l.log.addParts(key, p, seed, b.Grants[0])
 	}
-	if _, err := l.log.addParts(l.o.Prefix, key, p, seed, core.Grant{ID: id, Cost: cost, At: rep.Now}); err != nil {
+	if logErr != nil {
 		// Denied: a grant that cannot be logged would be lost usage.
 		r.Allowed, r.RetryAfter = false, time.Second
 	}

@@ -31,11 +31,14 @@ var ErrLogFull = errors.New("fallback: outage log full")
 type outageLog struct {
 	mu     sync.Mutex
 	prefix string // instance and process: batch IDs are unique across restarts
-	seq    uint64
-	open   map[string]*openBatch
-	sealed []*core.Batch
-	grants int
-	max    int
+	// keyPrefix starts every storage key (Options.Prefix): addParts builds
+	// keys from it.
+	keyPrefix string
+	seq       uint64
+	open      map[string]*openBatch
+	sealed    []*core.Batch
+	grants    int
+	max       int
 	// lastCompact is the store time of the last compaction that freed
 	// nothing: at the bound, compaction is tried again only a second later,
 	// so a flood of new keys costs one pass a second, not one per request.
@@ -44,25 +47,25 @@ type outageLog struct {
 	// last is the open batch addParts logged to last, and the parts of
 	// its key: a hot key's next grant finds its batch without building
 	// and hashing the key.
-	last                            *openBatch
-	lastPrefix, lastPolicy, lastKey string
+	last                *openBatch
+	lastPolicy, lastKey string
 }
 
-func newOutageLog(prefix string, max int) *outageLog {
-	return &outageLog{prefix: prefix, open: make(map[string]*openBatch), max: max}
+// newOutageLog returns an empty log whose batch IDs start with prefix, for
+// storage keys starting with keyPrefix, bounded at max grants.
+func newOutageLog(prefix, keyPrefix string, max int) *outageLog {
+	return &outageLog{prefix: prefix, keyPrefix: keyPrefix, open: make(map[string]*openBatch), max: max}
 }
 
-// openBatch is a key's batch still taking grants. group is, for a token
-// bucket, the time of the first grant merged into its last grant: a grant
-// within coalesceMicros of it is added to that grant's cost instead of
-// being appended, so a hot key's log grows by one grant a millisecond, not
-// one per request (the same grouping seal applies; see coalesce).
+// openBatch is a key's batch still taking grants. A token bucket batch's
+// last grant is live (see liveGrant): a grant within coalesceMicros of the
+// first one merged into it is added to its cost instead of being appended,
+// so a hot key's log grows by one grant a millisecond, not one per request.
 type openBatch struct {
 	core.Batch
-	group int64
-	// live is a token bucket batch's last grant while later grants can
-	// still join it without the log's lock (when isLive); its Grants entry
-	// is stale until closeLive. One per batch, reopened for each group.
+	// live is the last grant of a token bucket batch that has grants
+	// (isLive); its Grants entry is stale until closeLive. One per batch,
+	// reopened for each group.
 	live   liveGrant
 	isLive bool
 }
@@ -89,8 +92,7 @@ func (lg *liveGrant) add(cost, at int64) bool {
 	if at-lg.start.Load() >= coalesceMicros {
 		return false
 	}
-	for a := lg.at.Load(); at > a && !lg.at.CompareAndSwap(a, at); a = lg.at.Load() {
-	}
+	lg.raise(at)
 	for {
 		c := lg.cost.Load()
 		if c < 0 {
@@ -99,6 +101,12 @@ func (lg *liveGrant) add(cost, at int64) bool {
 		if lg.cost.CompareAndSwap(c, c+cost) {
 			return true
 		}
+	}
+}
+
+// raise makes at the grant's time if it is later.
+func (lg *liveGrant) raise(at int64) {
+	for a := lg.at.Load(); at > a && !lg.at.CompareAndSwap(a, at); a = lg.at.Load() {
 	}
 }
 
@@ -132,69 +140,65 @@ func (g *outageLog) add(key string, p core.Policy, seed core.Seed, gr core.Grant
 	return err
 }
 
-// addParts is add for the key StorageKey(prefix, p.Name(), key), built only
-// when the key has no open batch yet. For a token bucket it returns the
+// addParts is add for the key StorageKey(g.keyPrefix, p.Name(), key),
+// built only when the key's batch is not the one last logged to. For a token bucket it returns the
 // batch's live grant, which the key's next grants may join without the
 // log's lock (liveGrant.add).
-func (g *outageLog) addParts(prefix, key string, p core.Policy, seed core.Seed, gr core.Grant) (*liveGrant, error) {
+func (g *outageLog) addParts(key string, p core.Policy, seed core.Seed, gr core.Grant) (*liveGrant, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if b := g.last; b != nil && key == g.lastKey && p.Name() == g.lastPolicy && prefix == g.lastPrefix {
-		return g.appendLocked(b, gr)
-	}
-	g.buf = core.AppendStorageKey(g.buf[:0], prefix, p.Name(), key)
-	skey := ""
-	if b := g.open[string(g.buf)]; b != nil {
-		skey = b.Key // the open batch's key: no new string
-	} else {
-		skey = string(g.buf)
-	}
-	live, err := g.addLocked(skey, p, seed, gr)
-	if b := g.open[skey]; b != nil {
+	b := g.last
+	if b == nil || key != g.lastKey || p.Name() != g.lastPolicy {
+		g.buf = core.AppendStorageKey(g.buf[:0], g.keyPrefix, p.Name(), key)
+		if b = g.open[string(g.buf)]; b == nil {
+			var err error
+			if b, err = g.openLocked(string(g.buf), p, seed, gr.At); err != nil {
+				return nil, err
+			}
+		}
 		// The client key as the tail of b's key ("…:key}"): the caller's
 		// string is not kept.
-		g.last, g.lastPrefix, g.lastPolicy, g.lastKey = b, prefix, p.Name(), b.Key[len(b.Key)-1-len(key):len(b.Key)-1]
+		g.last, g.lastPolicy, g.lastKey = b, p.Name(), b.Key[len(b.Key)-1-len(key):len(b.Key)-1]
 	}
-	return live, err
+	return g.appendLocked(b, gr)
 }
 
 func (g *outageLog) addLocked(key string, p core.Policy, seed core.Seed, gr core.Grant) (*liveGrant, error) {
 	b := g.open[key]
 	if b == nil {
-		if err := g.roomLocked(gr.At); err != nil {
+		var err error
+		if b, err = g.openLocked(key, p, seed, gr.At); err != nil {
 			return nil, err
 		}
-		b = &openBatch{Batch: core.Batch{Key: key, Policy: p, Seed: seed}}
-		b.live.cost.Store(-1)
-		g.open[key] = b
 	}
 	return g.appendLocked(b, gr)
 }
 
-// appendLocked adds gr to b: to its last grant when they coalesce (see
+// openLocked starts key's open batch, if the log has room at store time
+// now.
+func (g *outageLog) openLocked(key string, p core.Policy, seed core.Seed, now int64) (*openBatch, error) {
+	if err := g.roomLocked(now); err != nil {
+		return nil, err
+	}
+	b := &openBatch{Batch: core.Batch{Key: key, Policy: p, Seed: seed}}
+	b.live.cost.Store(-1)
+	g.open[key] = b
+	return b, nil
+}
+
+// appendLocked adds gr to b: to its live grant when they coalesce (see
 // openBatch), else as a new grant if the log has room. A token bucket
-// batch's new grant is live (see liveGrant), returned.
+// batch's new grant is live, returned.
 func (g *outageLog) appendLocked(b *openBatch, gr core.Grant) (*liveGrant, error) {
 	tb := algName(b.Policy) == tokenbucket.Name
-	if tb {
-		if b.isLive && b.live.add(gr.Cost, gr.At) {
-			return &b.live, nil
-		}
-		if n := len(b.Grants); n > 0 && !b.isLive && gr.At-b.group < coalesceMicros {
-			// Charged at the later time: later refills less, never
-			// under-counts.
-			last := &b.Grants[n-1]
-			last.Cost += gr.Cost
-			last.At = max(last.At, gr.At)
-			return nil, nil
-		}
+	if tb && b.isLive && b.live.add(gr.Cost, gr.At) {
+		return &b.live, nil
 	}
 	if err := g.roomLocked(gr.At); err != nil {
 		return nil, err
 	}
 	b.closeLive()
 	b.Grants = append(b.Grants, gr)
-	b.group = gr.At
 	g.grants++
 	if !tb {
 		return nil, nil
@@ -222,21 +226,23 @@ func (g *outageLog) roomLocked(now int64) error {
 // compactLocked shrinks the open batches; see outageLog.
 func (g *outageLog) compactLocked(now int64) {
 	for _, b := range g.open {
-		b.closeLive()
 		n := len(b.Grants)
 		if n == 0 {
 			continue
 		}
-		if b.Policy.Algorithm().Name() == tokenbucket.Name {
+		if b.isLive {
+			// A token bucket: the earlier grants join the live one, which
+			// stays open.
 			if n > 1 {
-				last := b.Grants[n-1]
+				var cost int64
 				for _, x := range b.Grants[:n-1] {
-					last.Cost += x.Cost
-					last.At = max(last.At, x.At)
+					cost += x.Cost
+					b.live.raise(x.At)
 				}
-				b.Grants = append(b.Grants[:0], last)
+				b.live.cost.Add(cost)
+				b.Grants = append(b.Grants[:0], b.Grants[n-1])
 			}
-		} else {
+		} else if algName(b.Policy) != tokenbucket.Name {
 			w := b.Policy.Interval().Microseconds()
 			b.Grants = slices.DeleteFunc(b.Grants, func(x core.Grant) bool { return x.At <= now-w })
 		}
@@ -256,9 +262,8 @@ const maxBatchGrants = 1000
 const coalesceMicros = 1000
 
 // seal numbers the open batches and returns every batch not yet
-// acknowledged, oldest first. A token bucket key's grants are coalesced per
-// millisecond, and a key with more than maxBatchGrants grants is split into
-// several batches.
+// acknowledged, oldest first. A key with more than maxBatchGrants grants
+// is split into several batches.
 func (g *outageLog) seal() []core.Batch {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -275,11 +280,6 @@ func (g *outageLog) seal() []core.Batch {
 		delete(g.open, k)
 		g.last = nil
 		slices.SortStableFunc(b.Grants, func(x, y core.Grant) int { return cmp.Compare(x.At, y.At) })
-		if b.Policy.Algorithm().Name() == tokenbucket.Name {
-			n := len(b.Grants)
-			b.Grants = coalesce(b.Grants)
-			g.grants -= n - len(b.Grants)
-		}
 		for len(b.Grants) > 0 {
 			part := b.Batch
 			part.Grants = b.Grants[:min(len(b.Grants), maxBatchGrants)]
@@ -292,24 +292,6 @@ func (g *outageLog) seal() []core.Batch {
 	out := make([]core.Batch, len(g.sealed))
 	for i, b := range g.sealed {
 		out[i] = *b
-	}
-	return out
-}
-
-// coalesce merges time-sorted grants that fall within coalesceMicros of the
-// first of their group into one, at the group's latest time.
-func coalesce(gs []core.Grant) []core.Grant {
-	out := gs[:0]
-	for i := 0; i < len(gs); {
-		g := gs[i]
-		start := g.At
-		j := i + 1
-		for ; j < len(gs) && gs[j].At-start < coalesceMicros; j++ {
-			g.Cost += gs[j].Cost
-			g.At = gs[j].At
-		}
-		out = append(out, g)
-		i = j
 	}
 	return out
 }

@@ -159,14 +159,22 @@ func (s *Store) enqueue(p *pending) {
 	co := s.co
 	co.mu.Lock()
 	co.queue = append(co.queue, p)
-	start := co.flushers == co.busy && co.flushers < co.pipelines
-	if start {
-		co.flushers++
-	}
+	start := co.claimLocked(co.pipelines)
 	co.mu.Unlock()
 	if start {
 		go s.flush()
 	}
+}
+
+// claimLocked reports whether a new flusher is needed, and counts it: calls
+// are queued, no flusher is about to take them, and fewer than limit run.
+// co.mu is held.
+func (co *coalescer) claimLocked(limit int) bool {
+	if len(co.queue) == 0 || co.flushers != co.busy || co.flushers >= limit {
+		return false
+	}
+	co.flushers++
+	return true
 }
 
 // kick starts one more flusher for a call that has waited stallAfter, if
@@ -174,10 +182,7 @@ func (s *Store) enqueue(p *pending) {
 func (s *Store) kick() {
 	co := s.co
 	co.mu.Lock()
-	start := len(co.queue) > 0 && co.flushers == co.busy && co.flushers < maxStallFlushers
-	if start {
-		co.flushers++
-	}
+	start := co.claimLocked(maxStallFlushers)
 	co.mu.Unlock()
 	if start {
 		go s.flush()
@@ -203,10 +208,7 @@ func (s *Store) flush() {
 		co.queue = co.queue[:rest]
 		co.busy++
 		// The calls left over wait for another flusher.
-		start := rest > 0 && co.flushers == co.busy && co.flushers < co.pipelines
-		if start {
-			co.flushers++
-		}
+		start := co.claimLocked(co.pipelines)
 		co.mu.Unlock()
 		if start {
 			go s.flush()

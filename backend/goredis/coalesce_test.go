@@ -171,6 +171,7 @@ func TestCoalescedScriptFlush(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	s := goredis.New(newClient(t, srv.URL(), relaxed))
+	admin := newClient(t, srv.URL(), relaxed) // t.Fatal is not for the flushing goroutine
 	stop := make(chan struct{})
 	var flushes int
 	flusherDone := make(chan struct{})
@@ -182,7 +183,10 @@ func TestCoalescedScriptFlush(t *testing.T) {
 				return
 			case <-time.After(2 * time.Millisecond):
 			}
-			srv.Do(t, "SCRIPT", "FLUSH")
+			if err := admin.ScriptFlush(context.Background()).Err(); err != nil {
+				t.Errorf("SCRIPT FLUSH: %v", err)
+				return
+			}
 			flushes++
 		}
 	}()
@@ -259,6 +263,9 @@ func TestCoalescedDeadlines(t *testing.T) {
 	})
 	pipesPaused, _ := s.CoalesceStats()
 	t.Logf("paused: slowest call %v; %d pipelines sent", time.Duration(slowest.Load()), pipesPaused-pipesBefore)
+	if pipesPaused == pipesBefore {
+		t.Error("paused: no call went through a pipeline; the coalesced path was not exercised")
+	}
 	if took := time.Duration(slowest.Load()); took > storetest.StallBound {
 		t.Errorf("paused: slowest call took %v, bound %v", took, storetest.StallBound)
 	}

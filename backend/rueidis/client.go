@@ -89,7 +89,8 @@ type ClientOptions struct {
 // once, but NewClient ignores that first failure (bounded by DialTimeout)
 // and the client connects on first use. A cluster client must read the slot
 // map, so NewClient fails, after about DialTimeout per seed node, when no seed
-// answers; callers (the fallback layer) retry creating it in the background.
+// answers; the caller retries creating it (the demo's serve does, in the
+// background, deciding locally meanwhile).
 func NewClient(rawURL string, o ClientOptions) (rueidis.Client, error) {
 	if o.DialTimeout < 0 || o.ConnWriteTimeout < 0 || o.KeepAlive < 0 || o.PipelineMultiplex < 0 {
 		return nil, fmt.Errorf("rueidis: negative client option in %+v", o)

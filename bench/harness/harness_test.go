@@ -39,10 +39,18 @@ func TestSmoke(t *testing.T) {
 			t.Errorf("report lacks %q", want)
 		}
 	}
+	// Sections 1 and 2 measure the full write path: every decision admits.
 	for c, runs := range rep.Throughput.Runs {
 		for _, s := range runs {
-			if s.Errs > 0 || s.Ops == 0 {
-				t.Errorf("%s G=%d: %d decisions, %d errors (first: %v)", c.Impl, c.G, s.Ops, s.Errs, s.FirstErr)
+			if s.Errs > 0 || s.Ops == 0 || s.Denied != 0 {
+				t.Errorf("%s G=%d: %d decisions, %d denied, %d errors (first: %v)", c.Impl, c.G, s.Ops, s.Denied, s.Errs, s.FirstErr)
+			}
+		}
+	}
+	for c, runs := range rep.Local.Runs {
+		for _, s := range runs {
+			if s.Errs > 0 || s.Ops == 0 || s.Allowed != s.Ops {
+				t.Errorf("local %s P=%d hot=%v: %d decisions, %d admitted, %d errors", c.Impl, c.Procs, c.Hot, s.Ops, s.Allowed, s.Errs)
 			}
 		}
 	}

@@ -42,7 +42,6 @@ type decideFunc func(ctx context.Context, key string) (outcome, error)
 // a close function.
 type limiterImpl struct {
 	name string
-	peer bool // a peer library, not holdfast
 	open func(ctx context.Context, url string) (decideFunc, func(), error)
 	// ready, when set, waits until the limiter decides through Redis again
 	// (a fallback.Limiter whose breaker an earlier run tripped).
@@ -235,8 +234,8 @@ func throughputImpls() []limiterImpl {
 		{name: implHFGoredisTB, open: coreOn(hiTB, goredisStore)},
 		{name: implHFGoredisSW, open: coreOn(hiSW, goredisStore)},
 		fallbackImpl(implHFFallbackTB, hiTB, rueidisStore, fallback.Options{}),
-		{name: implRedisRate, peer: true, open: redisRate(redis_rate.Limit{Rate: hiPerSec, Burst: hiLimit, Period: time.Second})},
-		{name: implUlule, peer: true, open: ulule},
+		{name: implRedisRate, open: redisRate(redis_rate.Limit{Rate: hiPerSec, Burst: hiLimit, Period: time.Second})},
+		{name: implUlule, open: ulule},
 	}
 }
 
@@ -248,7 +247,7 @@ func denialImpls() []limiterImpl {
 	return []limiterImpl{
 		fallbackImpl(implDenyMemory, denyTB, rueidisStore, fallback.Options{}),
 		fallbackImpl(implDenyNoMemory, denyTB, rueidisStore, fallback.Options{NoDenialMemory: true}),
-		{name: implDenyRedisRate, peer: true, open: redisRate(redis_rate.Limit{Rate: 1, Burst: 1, Period: 10 * time.Second})},
+		{name: implDenyRedisRate, open: redisRate(redis_rate.Limit{Rate: 1, Burst: 1, Period: 10 * time.Second})},
 	}
 }
 
@@ -297,7 +296,7 @@ func localImpls() []limiterImpl {
 				return hfResult(l.Allow(ctx, pol, key))
 			}, func() { _ = l.Close() }, nil
 		}},
-		{name: implLocalXRate, peer: true, open: func(context.Context, string) (decideFunc, func(), error) {
+		{name: implLocalXRate, open: func(context.Context, string) (decideFunc, func(), error) {
 			var m sync.Map // string -> *rate.Limiter
 			return func(_ context.Context, key string) (outcome, error) {
 				v, ok := m.Load(key)
@@ -310,7 +309,7 @@ func localImpls() []limiterImpl {
 				return 0, nil
 			}, func() {}, nil
 		}},
-		{name: implLocalGoLim, peer: true, open: func(context.Context, string) (decideFunc, func(), error) {
+		{name: implLocalGoLim, open: func(context.Context, string) (decideFunc, func(), error) {
 			s, err := memorystore.New(&memorystore.Config{Tokens: localCap, Interval: time.Second})
 			if err != nil {
 				return nil, nil, err

@@ -31,7 +31,6 @@ type localStat struct {
 
 type localResult struct {
 	Impls []string
-	Peers map[string]bool
 	Procs []int
 	Runs  map[localCell][]localStat
 }
@@ -39,7 +38,7 @@ type localResult struct {
 // local runs section 2: each repetition runs every limiter once in turn.
 func (h *harness) local(ctx context.Context) error {
 	impls := selectImpls(localImpls(), h.cfg.Impls)
-	res := &localResult{Procs: h.cfg.Procs, Runs: map[localCell][]localStat{}, Peers: map[string]bool{}}
+	res := &localResult{Procs: h.cfg.Procs, Runs: map[localCell][]localStat{}}
 	h.report.Local = res
 	deciders, closeAll, err := h.openAll(ctx, impls)
 	if err != nil {
@@ -48,7 +47,6 @@ func (h *harness) local(ctx context.Context) error {
 	defer closeAll()
 	for _, im := range impls {
 		res.Impls = append(res.Impls, im.name)
-		res.Peers[im.name] = im.peer
 	}
 	keys := makeKeys(h.cfg.Keys)
 	// Every limiter sees every key once before measuring, so the 100k-key

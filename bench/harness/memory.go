@@ -21,7 +21,6 @@ import (
 // memoryRow is one storage layout's cost.
 type memoryRow struct {
 	Name       string
-	Peer       bool
 	KeyExample string
 	// UsagePerKey is MEMORY USAGE (SAMPLES 0) over a sample of keys.
 	UsagePerKey []float64
@@ -102,11 +101,11 @@ func (h *harness) memory(ctx context.Context) error {
 	}{
 		{&memoryRow{Name: memTB}, func(ctx context.Context, k string) error { _, err := hf.Allow(ctx, tb, k); return err }, hfKey(tb)},
 		{&memoryRow{Name: memSW}, func(ctx context.Context, k string) error { _, err := hf.Allow(ctx, sw, k); return err }, hfKey(sw)},
-		{&memoryRow{Name: memRedisRat, Peer: true}, func(ctx context.Context, k string) error {
+		{&memoryRow{Name: memRedisRat}, func(ctx context.Context, k string) error {
 			_, err := rr.Allow(ctx, k, redis_rate.Limit{Rate: 1, Burst: 100, Period: 100 * time.Second})
 			return err
 		}, func(k string) string { return "rate:" + k }},
-		{&memoryRow{Name: memUlule, Peer: true}, func(ctx context.Context, k string) error { _, err := ul.Get(ctx, k); return err },
+		{&memoryRow{Name: memUlule}, func(ctx context.Context, k string) error { _, err := ul.Get(ctx, k); return err },
 			func(k string) string { return "limiter:" + k }},
 	}
 	small := &memoryRow{Name: memSWSmall, KeyExample: hfKey(sw)("k000000")}
@@ -152,9 +151,14 @@ func (h *harness) memory(ctx context.Context) error {
 func (h *harness) swPerRequest(ctx context.Context, admin *redis.Client, hf *core.Limiter, sw core.Policy, keys []string, small, large *memoryRow, rep int) error {
 	sk := keys[:min(1000, len(keys))]
 	key := func(k string) string { return core.StorageKey(core.DefaultPrefix, sw.Name(), k) }
-	before, err := sampleUsage(ctx, admin, sk, key)
-	if err != nil {
-		return err
+	// MEMORY USAGE is one figure (the first repetition's); the used_memory
+	// deltas are taken every repetition, outside those calls.
+	var before, after []float64
+	var err error
+	if rep == 0 {
+		if before, err = sampleUsage(ctx, admin, sk, key); err != nil {
+			return err
+		}
 	}
 	u0, err := usedMemory(ctx, admin)
 	if err != nil {
@@ -169,12 +173,11 @@ func (h *harness) swPerRequest(ctx context.Context, admin *redis.Client, hf *cor
 	if err != nil {
 		return err
 	}
-	after, err := sampleUsage(ctx, admin, sk, key)
-	if err != nil {
-		return err
-	}
 	small.DeltaPerKey = append(small.DeltaPerKey, (u1-u0)/float64(more*len(sk)))
 	if rep == 0 {
+		if after, err = sampleUsage(ctx, admin, sk, key); err != nil {
+			return err
+		}
 		for i := range after {
 			small.UsagePerKey = append(small.UsagePerKey, (after[i]-before[i])/more)
 		}
@@ -183,9 +186,11 @@ func (h *harness) swPerRequest(ctx context.Context, admin *redis.Client, hf *cor
 	if err := fanOut(ctx, slices.Repeat(big, 1000), 1, decide); err != nil {
 		return err
 	}
-	a, err := admin.MemoryUsage(ctx, key("big"), 0).Result()
-	if err != nil {
-		return err
+	var a, b int64
+	if rep == 0 {
+		if a, err = admin.MemoryUsage(ctx, key("big"), 0).Result(); err != nil {
+			return err
+		}
 	}
 	u2, err := usedMemory(ctx, admin)
 	if err != nil {
@@ -194,16 +199,15 @@ func (h *harness) swPerRequest(ctx context.Context, admin *redis.Client, hf *cor
 	if err := fanOut(ctx, slices.Repeat(big, 9000), 1, decide); err != nil {
 		return err
 	}
-	b, err := admin.MemoryUsage(ctx, key("big"), 0).Result()
-	if err != nil {
-		return err
-	}
 	u3, err := usedMemory(ctx, admin)
 	if err != nil {
 		return err
 	}
 	large.DeltaPerKey = append(large.DeltaPerKey, (u3-u2)/9000)
 	if rep == 0 {
+		if b, err = admin.MemoryUsage(ctx, key("big"), 0).Result(); err != nil {
+			return err
+		}
 		large.UsagePerKey = []float64{float64(b-a) / 9000}
 	}
 	return admin.Del(ctx, key("big")).Err()

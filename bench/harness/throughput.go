@@ -17,8 +17,6 @@ type cell struct {
 	Hot  bool
 }
 
-func (c cell) keyset() string { return keysetName(c.Hot) }
-
 func keysetName(hot bool) string {
 	if hot {
 		return "hot key"
@@ -50,7 +48,6 @@ type runStat struct {
 // denied hot key).
 type throughputResult struct {
 	Impls  []string
-	Peers  map[string]bool
 	Gs     []int
 	Runs   map[cell][]runStat // in repetition order, paired across impls
 	Denial struct {
@@ -65,7 +62,7 @@ type throughputResult struct {
 // all of them alike.
 func (h *harness) throughput(ctx context.Context) error {
 	impls := selectImpls(throughputImpls(), h.cfg.Impls)
-	res := &throughputResult{Gs: h.cfg.Gs, Runs: map[cell][]runStat{}, Peers: map[string]bool{}}
+	res := &throughputResult{Gs: h.cfg.Gs, Runs: map[cell][]runStat{}}
 	h.report.Throughput = res
 	deciders, closeAll, err := h.openAll(ctx, impls)
 	if err != nil {
@@ -74,7 +71,6 @@ func (h *harness) throughput(ctx context.Context) error {
 	defer closeAll()
 	for _, im := range impls {
 		res.Impls = append(res.Impls, im.name)
-		res.Peers[im.name] = im.peer
 	}
 	keys := makeKeys(h.cfg.Keys)
 	for _, hot := range h.cfg.keysets() {
@@ -103,7 +99,7 @@ func (h *harness) throughput(ctx context.Context) error {
 func (h *harness) denial(ctx context.Context) error {
 	impls := selectImpls(denialImpls(), h.cfg.Impls)
 	if h.report.Throughput == nil {
-		h.report.Throughput = &throughputResult{Runs: map[cell][]runStat{}, Peers: map[string]bool{}}
+		h.report.Throughput = &throughputResult{Runs: map[cell][]runStat{}}
 	}
 	d := &h.report.Throughput.Denial
 	d.Runs = map[cell][]runStat{}

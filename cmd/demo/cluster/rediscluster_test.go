@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast/holdfast/cmd/demo/internal/demotest"
 	"github.com/holdfast/holdfast/core"
 )
 
@@ -106,8 +107,8 @@ func TestRedisClusterEndToEnd(t *testing.T) {
 	}
 	t.Logf("cluster output:\n%s", out)
 
-	for _, want := range []string{"ok   tb heavy within bound", "ok   sw heavy within bound", "ok   tb gentle never rejected: admitted 20, rejected 0",
-		"ok   sw gentle never rejected: admitted 20, rejected 0", "ok   no errors: errors 0, of which 5xx 0",
+	demotest.CheckShortRun(t, out)
+	for _, want := range []string{"ok   no errors: errors 0, of which 5xx 0",
 		"ok   instances recovered: app1 closed pending_log 0", "redis cluster: 3 masters, no replicas: ", "invariants held"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)

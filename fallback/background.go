@@ -91,9 +91,11 @@ func (l *Limiter) background(ctx context.Context) {
 			continue
 		case <-t.C:
 		}
-		if l.shards.Load() != nil && l.log.pending() == 0 {
+		if set := l.shards.Load(); set != nil && set.covered && l.log.pending() == 0 {
 			// The shards' cells decide every key now; this whole-store
-			// breaker only had a log to flush, and it is empty.
+			// breaker only had a log to flush, and it is empty. (With
+			// slots no shard served, it still decides their keys, and
+			// keeps its heartbeat.)
 			continue
 		}
 		gen, ok := l.breaker.Allow()

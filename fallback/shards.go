@@ -3,6 +3,7 @@ package fallback
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -23,6 +24,9 @@ type shardSet struct {
 	cells  []*Limiter
 	slots  []string // each cell's slot ranges, for Status
 	bySlot [core.SlotCount]int16
+	// covered: every slot had a shard; else the whole-store limiter still
+	// decides the others' keys (cellFor returns nil).
+	covered bool
 }
 
 // cellFor returns the cell of the slot of StorageKey(prefix, policy, key),
@@ -122,6 +126,7 @@ func (l *Limiter) newShardSet(ctx context.Context, shards []core.Shard) (*shardS
 			}
 		}
 	}
+	set.covered = !slices.Contains(set.bySlot[:], -1)
 	for i, sh := range shards {
 		tag, err := shardTag(sh.Slots, &set.bySlot, i)
 		if err != nil {

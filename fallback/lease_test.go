@@ -1,6 +1,7 @@
 package fallback
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -312,4 +313,46 @@ func TestOutageLogLiveGrantsCountOnce(t *testing.T) {
 	if added.Load() != sealed.Load() {
 		t.Fatalf("added %d units, sealed %d", added.Load(), sealed.Load())
 	}
+}
+
+// The live instance count rises at once and falls only after the lower
+// count has held for ShrinkAfter, to the highest count seen meanwhile, and
+// only once the breaker has been closed for three heartbeats.
+func TestInstanceCountShrinksAfterHolding(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	l, err := New(stubStore{}, Options{
+		ID: "a", ExpectedInstances: 4, Heartbeat: time.Second, ShrinkAfter: 30 * time.Second,
+		Clock: func() time.Time { return now },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	l.closedSince.Store(now.UnixNano()) // as Start does
+	steps := []struct {
+		after time.Duration
+		seen  int64
+		want  int64
+	}{
+		{0, 2, 4},                // not settled: closed for less than 3 heartbeats
+		{5 * time.Second, 2, 4},  // settled, the lower count just began
+		{24 * time.Second, 3, 4}, // held 29 s
+		{2 * time.Second, 2, 3},  // held 31 s: falls to the highest seen, 3
+		{time.Second, 6, 6},      // a rise is taken at once
+		{time.Second, 5, 6},
+	}
+	for i, s := range steps {
+		now = now.Add(s.after)
+		l.setInstances(s.seen)
+		if got := l.instances.Load(); got != s.want {
+			t.Fatalf("step %d (+%v, saw %d): instances %d, want %d", i, s.after, s.seen, got, s.want)
+		}
+	}
+}
+
+// stubStore is a store that is never reached.
+type stubStore struct{}
+
+func (stubStore) Run(context.Context, *core.Script, []string, []string) ([]int64, error) {
+	return nil, core.ErrStoreUnavailable
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
+	"strconv"
+	"strings"
 )
 
 // A Store runs one algorithm step atomically. The Redis backends run the
@@ -34,10 +36,11 @@ type LocalFunc func(prev any, nowMicros int64, args []string) (next any, reply [
 // A Script is one atomic algorithm step: Lua source for Redis and its Go twin
 // for local stores. Create scripts with NewScript at package level.
 type Script struct {
-	name  string
-	src   string
-	sha   string
-	local LocalFunc
+	name    string
+	src     string
+	sha     string
+	local   LocalFunc
+	guarded bool
 }
 
 // NewScript returns a Script with the given name, Lua source and Go twin. The
@@ -46,6 +49,56 @@ func NewScript(name, src string, local LocalFunc) *Script {
 	sum := sha1.Sum([]byte(src))
 	return &Script{name: name, src: src, sha: hex.EncodeToString(sum[:]), local: local}
 }
+
+// NewDecisionScript is NewScript for a decision script: one that spends
+// quota. Its Lua source is preceded by the deadline guard: a caller may
+// append DeadlineArg(d) as the last ARGV, with d the call's deadline in the
+// store's clock, and a call that Redis runs after d (a frozen Redis
+// resuming, a queue drained late) is refused without writing, with the
+// error reply "STALE …". The guard removes that argument, so the script's
+// own ARGV are unchanged; without it the script runs as it would alone.
+// Stores that run the Go twin drop the argument (TrimDeadline).
+//
+// What stays unknown is a call that Redis ran before its deadline and whose
+// reply was still on its way when the caller gave up: at most a reply's
+// flight time, not the length of a freeze.
+func NewDecisionScript(name, src string, local LocalFunc) *Script {
+	s := NewScript(name, deadlineGuard+src, local)
+	s.guarded = true
+	return s
+}
+
+// deadlineGuard is the Lua that NewDecisionScript puts first. 64 is '@'.
+const deadlineGuard = `-- holdfast deadline guard (see core.NewDecisionScript)
+do
+  local d = ARGV[#ARGV]
+  if d and string.byte(d, 1) == 64 then
+    ARGV[#ARGV] = nil
+    local t = redis.call('TIME')
+    if tonumber(t[1]) * 1000000 + tonumber(t[2]) > tonumber(string.sub(d, 2)) then
+      return redis.error_reply('STALE holdfast: the call ran after its deadline')
+    end
+  end
+end
+`
+
+// DeadlineArg is the last ARGV that asks a decision script's guard to
+// refuse the call after deadline, in the store's clock in microseconds
+// since the Unix epoch.
+func DeadlineArg(deadline int64) string {
+	return "@" + strconv.FormatInt(deadline, 10)
+}
+
+// TrimDeadline returns args without a trailing DeadlineArg.
+func TrimDeadline(args []string) []string {
+	if n := len(args); n > 0 && strings.HasPrefix(args[n-1], "@") {
+		return args[:n-1]
+	}
+	return args
+}
+
+// Guarded reports whether s is a decision script with the deadline guard.
+func (s *Script) Guarded() bool { return s.guarded }
 
 // Name is the script's name, for logs and metrics.
 func (s *Script) Name() string { return s.name }

@@ -16,13 +16,17 @@ import (
 	"github.com/holdfast/holdfast/core"
 )
 
-// probe is the breaker's health check: a PING when the store has one, else
-// (and for a shard's cell, whose PING might reach another node) a heartbeat.
+// probe is the breaker's health check: the membership heartbeat, a write
+// through a script under the same ACL, prefix and shard as the decisions.
+// A PING would answer while Redis refuses every write (OOM, READONLY,
+// NOPERM, MISCONF) and close the breaker on a Redis that cannot take a
+// single decision.
 func (l *Limiter) probe(ctx context.Context) error {
-	if p, ok := l.store.(core.Pinger); ok && l.tag == "" {
-		return p.Ping(ctx)
+	err := l.heartbeat(ctx)
+	if err != nil {
+		l.lastErr.Store(&storeFault{class: core.ClassOf(err), reason: core.ReasonOf(err), at: l.o.Clock()})
 	}
-	return l.heartbeat(ctx)
+	return err
 }
 
 // heartbeat refreshes this instance's membership and learns the live
@@ -39,7 +43,7 @@ func (l *Limiter) heartbeat(ctx context.Context) error {
 		return core.Errorf(core.ErrMalformedReply, "membership reply %v", raw)
 	}
 	l.setInstances(max(raw[0], 1))
-	l.offset.Store(raw[1] - l.o.micros())
+	l.setOffset(raw[1])
 	return nil
 }
 
@@ -83,10 +87,8 @@ func (l *Limiter) background(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-l.flushNow:
-			if _, ok := l.breaker.Allow(); ok && l.log.pending() > 0 {
-				if err := l.reconcile(ctx); err != nil {
-					l.o.Logger.Warn("holdfast flush", "instance", l.o.ID, "err", err)
-				}
+			if gen, ok := l.breaker.Allow(); ok && l.log.pending() > 0 {
+				l.flush(ctx, gen)
 			}
 			continue
 		case <-t.C:
@@ -104,14 +106,31 @@ func (l *Limiter) background(ctx context.Context) {
 		}
 		start := l.o.Clock()
 		err := l.heartbeat(ctx)
-		if err == nil || errors.Is(err, core.ErrStoreUnavailable) {
-			l.breaker.Done(gen, err, l.o.Clock().Sub(start))
+		switch {
+		case err == nil:
+			l.breaker.Done(gen, nil, l.o.Clock().Sub(start))
+		case core.ClassOf(err) != core.ClassRequest && ctx.Err() == nil:
+			l.storeFailed(gen, err, l.o.Clock().Sub(start))
 		}
 		if err == nil && l.log.pending() > 0 {
-			if err := l.reconcile(ctx); err != nil {
-				l.o.Logger.Warn("holdfast flush", "instance", l.o.ID, "err", err)
-			}
+			l.flush(ctx, gen)
 		}
+	}
+}
+
+// flush replays grants logged after the last replay, while the breaker is
+// closed (generation gen). A failure keeps them in the log and counts
+// against the breaker, as a failed decision call does: a Redis that
+// refuses the replay (OOM, READONLY) cannot take decisions either.
+func (l *Limiter) flush(ctx context.Context, gen uint64) {
+	start := l.o.Clock()
+	err := l.reconcile(ctx)
+	if err == nil || ctx.Err() != nil {
+		return
+	}
+	l.o.Logger.Warn("holdfast flush", "instance", l.o.ID, "err", err)
+	if core.ClassOf(err) != core.ClassRequest {
+		l.storeFailed(gen, err, l.o.Clock().Sub(start))
 	}
 }
 
@@ -205,8 +224,21 @@ type Status struct {
 	PendingLog int           `json:"pending_log"`
 	Reconciles uint64        `json:"reconciles"`
 	LastRecon  time.Duration `json:"last_reconcile_ns"`
+	// LastError is the last failed store call (a decision, a probe, a
+	// heartbeat or a replay): nil if none has failed.
+	LastError *ErrorStatus `json:"last_error,omitempty"`
 	// Shards holds each Cluster shard's own state; empty on a single node.
 	Shards []ShardStatus `json:"shards,omitempty"`
+}
+
+// ErrorStatus is a failed store call as Status shows it: its class
+// ("unavailable", "unknown"), its reason (a Redis error code such as "OOM"
+// or "NOPERM", or "network", "deadline", "malformed", "unknown"; never the
+// message text) and when it happened.
+type ErrorStatus struct {
+	Class  string    `json:"class"`
+	Reason string    `json:"reason"`
+	At     time.Time `json:"at"`
 }
 
 // ShardStatus is one Redis Cluster shard's breaker, instance count and log.
@@ -226,6 +258,9 @@ func (l *Limiter) Status() Status {
 		PendingLog: l.log.pending(),
 		Reconciles: l.reconciles.Load(),
 		LastRecon:  time.Duration(l.lastRecon.Load()),
+	}
+	if f := l.lastErr.Load(); f != nil {
+		st.LastError = &ErrorStatus{Class: f.class.String(), Reason: f.reason, At: f.at}
 	}
 	if set := l.shards.Load(); set != nil {
 		set.status(&st)

@@ -266,6 +266,22 @@ func (b *Breaker) Done(gen uint64, err error, took time.Duration) {
 	b.fail(gen, err, took)
 }
 
+// Refused reports that a Redis call Allow permitted in generation gen was
+// answered with a refusal (OOM, READONLY, NOPERM, …): Redis cannot take a
+// decision now, however many calls are tried, so the breaker opens at once
+// with err as its Cause. Dropped, as Done is, for another generation or a
+// breaker that is not Closed.
+func (b *Breaker) Refused(gen uint64, err error) {
+	b.mu.Lock()
+	if b.word.Load() != gen<<2|uint64(Closed) {
+		b.mu.Unlock()
+		return
+	}
+	b.setLocked(Open, err)
+	b.mu.Unlock()
+	b.flush()
+}
+
 func (b *Breaker) resetFailures(gen uint64) {
 	b.mu.Lock()
 	if b.word.Load() == gen<<2|uint64(Closed) {

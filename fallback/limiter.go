@@ -69,6 +69,12 @@ type Options struct {
 	ID string
 	// Prefix starts every storage key. "" means core.DefaultPrefix.
 	Prefix string
+	// Service names the application whose instances share the quota:
+	// the membership set (and so the instance count each divides the
+	// quota by) and the recovery barrier are per service, so two
+	// services on one Redis and Prefix do not count each other's
+	// instances. "" is a service of its own.
+	Service string
 	// Breaker configures the circuit breaker; its Probe and Reconcile are
 	// set by the Limiter. Its CallTimeout (default 50ms) bounds every Redis
 	// call on the request path.
@@ -138,13 +144,18 @@ type Limiter struct {
 	notifyMu sync.Mutex
 	notified State // the state last reported to user
 
-	instances  atomic.Int64
-	countMu    sync.Mutex
-	lowSince   int64        // when the live count was first seen below instances (UnixNano), 0 if not
-	lowMax     int64        // the highest count seen since lowSince
-	offset     atomic.Int64 // store time minus local time, microseconds
-	reconciles atomic.Uint64
-	lastRecon  atomic.Int64 // duration of the last reconciliation, ns
+	instances atomic.Int64
+	countMu   sync.Mutex
+	lowSince  int64        // when the live count was first seen below instances (UnixNano), 0 if not
+	lowMax    int64        // the highest count seen since lowSince
+	offset    atomic.Int64 // store time minus local time, microseconds
+	// offsetKnown is set once a reply has told the offset: from then on
+	// decision calls carry their deadline in Redis time.
+	offsetKnown   atomic.Bool
+	lastErr       atomic.Pointer[storeFault]
+	unknownLogged atomic.Int64 // when an unrecognised store error was last logged, UnixNano
+	reconciles    atomic.Uint64
+	lastRecon     atomic.Int64 // duration of the last reconciliation, ns
 
 	flushNow    chan struct{} // signalled when the breaker closes
 	closedSince atomic.Int64  // when the breaker last closed (or Start), UnixNano
@@ -158,6 +169,23 @@ type Limiter struct {
 var membersSource string
 
 var membersScript = core.NewScript("members", membersSource, nil)
+
+// leaveScript takes an instance out of the membership set.
+var leaveScript = core.NewScript("members_leave", "return {redis.call('ZREM', KEYS[1], ARGV[1])}", nil)
+
+// leave takes this instance out of the membership set, if Redis is
+// reachable (the breaker is closed): the others' share grows at their next
+// heartbeat, after ShrinkAfter, instead of after the heartbeat lapses.
+func (l *Limiter) leave() {
+	if l.breaker.State() != Closed {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), l.breaker.CallTimeout())
+	defer cancel()
+	if _, err := l.store.Run(ctx, leaveScript, []string{l.members}, []string{l.o.ID}); err != nil {
+		l.o.Logger.Info("holdfast: could not leave the membership set", "instance", l.o.ID, "err", err.Error())
+	}
+}
 
 // New returns a Limiter over store, which should be a Redis backend.
 //
@@ -184,6 +212,9 @@ func newLimiter(store core.Store, o Options, tag string) (*Limiter, error) {
 	l.members, l.barrier = o.Prefix+"{members}", o.Prefix+"{recovery}"
 	if tag != "" {
 		l.members, l.barrier = o.Prefix+"{"+tag+"}members", o.Prefix+"{"+tag+"}recovery"
+	}
+	if o.Service != "" {
+		l.members, l.barrier = l.members+":"+o.Service, l.barrier+":"+o.Service
 	}
 	l.instances.Store(int64(o.ExpectedInstances))
 	leases, err := memory.New(memory.Options{MaxBytes: o.LeaseBytes, Micros: l.storeMicros})
@@ -273,6 +304,17 @@ func (o *Options) defaults() error {
 	return nil
 }
 
+// setOffset takes the store's clock, storeNow in microseconds, from a
+// reply just received. The offset it gives is at most the true one (the
+// reply's time was taken before it arrived), so a deadline sent in Redis
+// time is never later than the caller's own.
+func (l *Limiter) setOffset(storeNow int64) {
+	l.offset.Store(storeNow - l.o.micros())
+	if !l.offsetKnown.Load() {
+		l.offsetKnown.Store(true)
+	}
+}
+
 // storeMicros is the local clock converted to the store's clock with the
 // tracked offset, in microseconds.
 func (l *Limiter) storeMicros() int64 {
@@ -285,8 +327,15 @@ func (l *Limiter) storeMicros() int64 {
 func (l *Limiter) Start(ctx context.Context) error {
 	ctx, l.cancel = context.WithCancel(ctx)
 	l.closedSince.Store(l.o.Clock().UnixNano())
-	if err := l.heartbeat(ctx); err != nil && errors.Is(err, core.ErrStoreUnavailable) {
+	if err := l.heartbeat(ctx); err != nil && core.ClassOf(err) != core.ClassRequest {
+		l.lastErr.Store(&storeFault{class: core.ClassOf(err), reason: core.ReasonOf(err), at: l.o.Clock()})
 		l.breaker.Trip(err)
+		level, msg := slog.LevelWarn, "holdfast: Redis cannot take decisions at start: limiting locally until it can"
+		switch core.ReasonOf(err) {
+		case "NOAUTH", "WRONGPASS", "NOPERM":
+			level, msg = slog.LevelError, "holdfast: Redis refuses this instance's credentials or permissions: limiting locally until it accepts them"
+		}
+		l.o.Logger.Log(ctx, level, msg, "instance", l.o.ID, "reason", core.ReasonOf(err), "err", err.Error())
 	}
 	if err := l.breaker.StartProbing(ctx); err != nil {
 		return err
@@ -312,6 +361,7 @@ func (l *Limiter) Close() error {
 		}
 	}
 	l.breaker.Close()
+	l.leave()
 	defer l.leases.Close()
 	if l.o.StateDir != "" {
 		errs = append(errs, l.saveState())
@@ -355,51 +405,84 @@ func (l *Limiter) decide(ctx context.Context, p core.Policy, key string, cost in
 	}
 	if closed {
 		r, err := l.remote(ctx, gen, p, key, cost, id)
-		if err == nil || !errors.Is(err, core.ErrStoreUnavailable) {
+		if err == nil || core.ClassOf(err) == core.ClassRequest || ctx.Err() != nil {
 			return r, err
 		}
-		// The call failed. If it failed after it was sent, Redis may have
-		// applied it: its outcome is unknown. The request is decided
-		// locally and, if admitted, logged; at worst Redis counts it twice
-		// (under-admission of one request per failed call, at most
-		// Failures calls plus those in flight per outage). A sliding window
-		// grant keeps the same request id, so there the replay adds it once.
+		// The store could not decide: an outage to the breaker, and the
+		// request is decided locally by its outage mode. If the call failed
+		// after it was sent with no reply, Redis may yet run it; the
+		// deadline guard (core.NewDecisionScript) refuses it then, so only
+		// a reply in flight at the deadline can leave it counted twice
+		// (under-admission of one request). A sliding window grant keeps
+		// the same request id, so there the replay adds it once anyway.
 	}
 	return l.local(ctx, p, key, cost, id)
 }
 
-// remote decides through the store under the breaker's call deadline.
+// remote decides through the store under the breaker's call deadline,
+// which the call carries in Redis time once the clock offset is known.
 func (l *Limiter) remote(ctx context.Context, gen uint64, p core.Policy, key string, cost int64, id string) (core.Result, error) {
 	skey := core.StorageKey(l.o.Prefix, p.Name(), key)
-	cctx, cancel := context.WithTimeout(ctx, l.breaker.CallTimeout())
+	timeout := l.breaker.CallTimeout()
+	cctx, cancel := context.WithTimeout(ctx, timeout)
 	start := l.o.Clock()
-	raw, err := l.store.Run(cctx, p.Algorithm().Script(), []string{skey}, p.Algorithm().Args(p, cost, id, 0))
+	args := p.Algorithm().Args(p, cost, id, 0)
+	if l.offsetKnown.Load() {
+		args = append(args, core.DeadlineArg(start.UnixMicro()+timeout.Microseconds()+l.offset.Load()))
+	}
+	raw, err := l.store.Run(cctx, p.Algorithm().Script(), []string{skey}, args)
 	took := l.o.Clock().Sub(start)
 	cancel()
-	if err != nil {
-		if ctx.Err() != nil {
-			return core.Result{}, ctx.Err() // the caller gave up: not the store's fault
+	if err == nil {
+		var rep core.Reply
+		if rep, err = core.ParseReply(raw); err == nil {
+			l.breaker.Done(gen, nil, took)
+			l.observe(skey, p, cost, start, rep)
+			return result(p.Limit(), rep, core.ModeRedis, false), nil
 		}
-		if !errors.Is(err, core.ErrStoreUnavailable) {
-			l.breaker.Done(gen, nil, took) // Redis answered: a script or type error
-			return core.Result{}, err
-		}
-		l.breaker.Done(gen, err, took)
+	}
+	if ctx.Err() != nil {
+		return core.Result{}, ctx.Err() // the caller gave up: not the store's fault
+	}
+	if core.ClassOf(err) == core.ClassRequest {
+		l.breaker.Done(gen, nil, took) // Redis answered: the request is wrong
 		return core.Result{}, err
 	}
-	rep, err := core.ParseReply(raw)
+	l.storeFailed(gen, err, took)
+	return core.Result{}, err
+}
+
+// storeFailed reports a failed store call made in breaker generation gen:
+// the breaker counts it (a refusal opens it at once), and the failure
+// becomes the last one Status shows. An error holdfast does not recognise
+// is logged with its text, at most once a second.
+func (l *Limiter) storeFailed(gen uint64, err error, took time.Duration) {
+	class, reason := core.ClassOf(err), core.ReasonOf(err)
+	now := l.o.Clock()
+	l.lastErr.Store(&storeFault{class: class, reason: reason, at: now})
+	if class == core.ClassUnknown {
+		if last := l.unknownLogged.Load(); now.UnixNano()-last >= int64(time.Second) && l.unknownLogged.CompareAndSwap(last, now.UnixNano()) {
+			l.o.Logger.Warn("holdfast store error not recognised: decided as an outage", "instance", l.o.ID, "err", err.Error())
+		}
+	}
+	if se, ok := errors.AsType[*core.StoreError](err); ok && se.Answered && class == core.ClassUnavailable {
+		l.breaker.Refused(gen, err)
+		return
+	}
 	l.breaker.Done(gen, err, took)
-	if err != nil {
-		return core.Result{}, err
-	}
-	l.observe(skey, p, cost, start, rep)
-	return result(p.Limit(), rep, core.ModeRedis, false), nil
+}
+
+// storeFault is the last store failure: its class, reason and time.
+type storeFault struct {
+	class  core.ErrorClass
+	reason string
+	at     time.Time
 }
 
 // observe records the Redis reply to a request of cost sent at sent: the
 // clock offset, the key's known state and, for a denial, the denial.
 func (l *Limiter) observe(skey string, p core.Policy, cost int64, sent time.Time, rep core.Reply) {
-	l.offset.Store(rep.Now - l.o.micros())
+	l.setOffset(rep.Now)
 	l.leases.Update(skey, func(prev any, _ int64) (any, int64) {
 		ks, _ := prev.(*keyState)
 		if ks == nil {

@@ -62,6 +62,9 @@ func (s *shardSet) status(st *Status) {
 		st.PendingLog += cs.PendingLog
 		st.Reconciles += cs.Reconciles
 		st.LastRecon = max(st.LastRecon, cs.LastRecon)
+		if e := cs.LastError; e != nil && (st.LastError == nil || e.At.After(st.LastError.At)) {
+			st.LastError = e
+		}
 		st.Shards = append(st.Shards, ShardStatus{Slots: s.slots[i], Breaker: cs.Breaker, Instances: cs.Instances, PendingLog: cs.PendingLog})
 	}
 }

@@ -100,6 +100,8 @@ func RunRedis(t *testing.T, h RedisHarness) {
 		{"differential", func(t *testing.T, h RedisHarness) { RunDifferential(t, onServer(t, h)) }},
 		{"replies", testReplies},
 		{"script_error_is_not_unavailable", testScriptError},
+		{"error_classes", testErrorClasses},
+		{"deadline_guard", testDeadlineGuard},
 		{"script_flush", testScriptFlush},
 		{"password", testPassword},
 		{"pipeline", func(t *testing.T, h RedisHarness) { runParallel(t, h, pipelineTests) }},
@@ -194,5 +196,92 @@ func testPassword(t *testing.T, h RedisHarness) {
 		t.Fatalf("wrong password: %v, want an error", err)
 	} else {
 		t.Logf("wrong password: %v", err)
+	}
+}
+
+var (
+	scriptReplyErr = core.NewScript("reply_error", "return redis.error_reply(ARGV[1])", nil)
+	scriptWrite    = core.NewScript("write", "redis.call('SET', KEYS[1], ARGV[1]); return {1}", nil)
+	scriptGuarded  = core.NewDecisionScript("guarded", "redis.call('INCR', KEYS[1]); return {#ARGV, tonumber(ARGV[1])}", nil)
+)
+
+// testErrorClasses: each error reply of the table in docs/errors.md, as the
+// client really delivers it, gets its class and reason; so do real OOM and
+// NOPERM refusals of a script's write.
+func testErrorClasses(t *testing.T, h RedisHarness) {
+	srv := redistest.Start(t)
+	s := h.NewStore(t, srv.URL(), relaxed)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		msg    string
+		class  core.ErrorClass
+		reason string
+	}{
+		{"WRONGTYPE Operation against a key holding the wrong kind of value", core.ClassRequest, "WRONGTYPE"},
+		{"OOM command not allowed when used memory > 'maxmemory'.", core.ClassUnavailable, "OOM"},
+		{"READONLY You can't write against a read only replica.", core.ClassUnavailable, "READONLY"},
+		{"LOADING Redis is loading the dataset in memory", core.ClassUnavailable, "LOADING"},
+		{"BUSY Redis is busy running a script.", core.ClassUnavailable, "BUSY"},
+		{"MASTERDOWN Link with MASTER is down", core.ClassUnavailable, "MASTERDOWN"},
+		{"CLUSTERDOWN The cluster is down", core.ClassUnavailable, "CLUSTERDOWN"},
+		{"TRYAGAIN Multiple keys request during rehashing of slot", core.ClassUnavailable, "TRYAGAIN"},
+		{"MISCONF Redis is configured to save RDB snapshots", core.ClassUnavailable, "MISCONF"},
+		{"NOPERM this user has no permissions to run the 'evalsha' command", core.ClassUnavailable, "NOPERM"},
+		{"NOAUTH Authentication required.", core.ClassUnavailable, "NOAUTH"},
+		{"WRONGPASS invalid username-password pair or user is disabled.", core.ClassUnavailable, "WRONGPASS"},
+		{"ERR max number of clients reached", core.ClassUnavailable, "MAXCLIENTS"},
+		{"STALE holdfast: the call ran after its deadline", core.ClassUnavailable, "STALE"},
+		{"ERR something no table knows", core.ClassUnknown, "unknown"},
+	} {
+		_, err := s.Run(ctx, scriptReplyErr, nil, []string{tc.msg})
+		if core.ClassOf(err) != tc.class || core.ReasonOf(err) != tc.reason {
+			t.Errorf("%q: %v: class %v reason %q, want %v %q", tc.msg, err, core.ClassOf(err), core.ReasonOf(err), tc.class, tc.reason)
+		}
+		if !h.IsReplyError(err) {
+			t.Errorf("%q: %v does not keep the Redis error", tc.msg, err)
+		}
+	}
+	refusal := func(what, reason string) {
+		t.Helper()
+		_, err := s.Run(ctx, scriptWrite, []string{"{t}:w"}, []string{"1"})
+		if core.ClassOf(err) != core.ClassUnavailable || core.ReasonOf(err) != reason {
+			t.Errorf("%s: %v: class %v reason %q, want unavailable %q", what, err, core.ClassOf(err), core.ReasonOf(err), reason)
+		}
+	}
+	srv.Do(t, "CONFIG", "SET", "maxmemory", "1")
+	refusal("maxmemory 1, noeviction", "OOM")
+	srv.Do(t, "CONFIG", "SET", "maxmemory", "0")
+	srv.Do(t, "ACL", "SETUSER", "default", "-evalsha", "-eval")
+	refusal("ACL without EVALSHA and EVAL", "NOPERM")
+	srv.Do(t, "ACL", "SETUSER", "default", "+@all")
+	if _, err := s.Run(ctx, scriptWrite, []string{"{t}:w"}, []string{"1"}); err != nil {
+		t.Fatalf("after the faults: %v", err)
+	}
+}
+
+// testDeadlineGuard: a decision script refuses, with STALE and without
+// writing, a call whose deadline (in Redis time) has passed; with a later
+// deadline it runs with the deadline argument removed, and without one it
+// runs as it is.
+func testDeadlineGuard(t *testing.T, h RedisHarness) {
+	srv := redistest.Start(t)
+	s := h.NewStore(t, srv.URL(), relaxed)
+	ctx := context.Background()
+	now := time.Now().UnixMicro()
+	_, err := s.Run(ctx, scriptGuarded, []string{"{t}:g"}, []string{"7", core.DeadlineArg(now - 1_000_000)})
+	if core.ClassOf(err) != core.ClassUnavailable || core.ReasonOf(err) != "STALE" {
+		t.Fatalf("past deadline: %v, want a STALE refusal", err)
+	}
+	if got := srv.Do(t, "GET", "{t}:g"); got != "" {
+		t.Fatalf("a refused call wrote %q", got)
+	}
+	for _, args := range [][]string{{"7", core.DeadlineArg(now + 60_000_000)}, {"7"}} {
+		got, err := s.Run(ctx, scriptGuarded, []string{"{t}:g"}, args)
+		if err != nil || !reflect.DeepEqual(got, []int64{1, 7}) {
+			t.Fatalf("args %q: %v %v, want [1 7]: one argument left", args, got, err)
+		}
+	}
+	if got := srv.Do(t, "GET", "{t}:g"); got != "2" {
+		t.Fatalf("after two calls in time the key holds %q, want 2", got)
 	}
 }

@@ -159,10 +159,6 @@ var replyErrors = pipeline.Errors{
 		}
 		return rerr.Error(), true
 	},
-	Unavailable: []string{
-		"LOADING", "BUSY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY",
-		"NOREPLICAS", "ERR max number of clients reached",
-	},
 }
 
 // classify maps a go-redis error onto core's errors, keeping the cause. Any

@@ -96,11 +96,6 @@ var replyErrors = pipeline.Errors{
 		}
 		return rerr.Error(), true
 	},
-	// rueidis strips a leading "ERR ".
-	Unavailable: []string{
-		"LOADING", "BUSY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY",
-		"NOREPLICAS", "max number of clients reached",
-	},
 }
 
 // classify maps a rueidis error onto core's errors, keeping the cause. Any

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -154,39 +155,106 @@ var fakeErrors = pipeline.Errors{
 		}
 		return rerr.msg, true
 	},
-	Unavailable: []string{"LOADING", "BUSY"},
 }
 
+// TestClassify: one case per class and reason of the table in
+// docs/errors.md, each checked for its class, its reason, whether the
+// store answered, the sentinel it wraps and that it keeps its cause.
 func TestClassify(t *testing.T) {
+	type want struct {
+		class    core.ErrorClass
+		reason   string
+		answered bool
+		sentinel error // nil: none of core's
+	}
+	unavailable := func(reason string) want { return want{core.ClassUnavailable, reason, true, core.ErrStoreUnavailable} }
 	for _, tc := range []struct {
-		err    error
-		want   error // nil: none of core's errors
-		prefix string
+		err  error
+		want want
 	}{
-		{errNil, core.ErrMalformedReply, ""},
-		{context.DeadlineExceeded, core.ErrStoreUnavailable, ""},
-		{errors.New("connection refused"), core.ErrStoreUnavailable, ""},
-		{&replyError{"WRONGTYPE Operation against a key holding the wrong kind of value"}, core.ErrWrongType, ""},
-		{&replyError{"LOADING Redis is loading the dataset in memory"}, core.ErrStoreUnavailable, ""},
-		{&replyError{"BUSY Redis is busy running a script"}, core.ErrStoreUnavailable, ""},
-		{&replyError{"ERR user script failed: boom"}, nil, "fake: s: "},
-		{fmt.Errorf("wrapped: %w", &replyError{"BUSY"}), core.ErrStoreUnavailable, ""},
+		{errNil, want{core.ClassUnknown, "malformed", true, core.ErrMalformedReply}},
+		{context.DeadlineExceeded, want{core.ClassUnavailable, "deadline", false, core.ErrStoreUnavailable}},
+		{os.ErrDeadlineExceeded, want{core.ClassUnavailable, "deadline", false, core.ErrStoreUnavailable}},
+		{context.Canceled, want{core.ClassUnavailable, "canceled", false, core.ErrStoreUnavailable}},
+		{errors.New("dial tcp 127.0.0.1:1: connect: connection refused"), want{core.ClassUnavailable, "network", false, core.ErrStoreUnavailable}},
+		{&replyError{"WRONGTYPE Operation against a key holding the wrong kind of value"}, want{core.ClassRequest, "WRONGTYPE", true, core.ErrWrongType}},
+		{&replyError{"OOM command not allowed when used memory > 'maxmemory'. script: 71f, on @user_script:1."}, unavailable("OOM")},
+		{&replyError{"READONLY You can't write against a read only replica."}, unavailable("READONLY")},
+		{&replyError{"LOADING Redis is loading the dataset in memory"}, unavailable("LOADING")},
+		{&replyError{"BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE."}, unavailable("BUSY")},
+		{&replyError{"MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'."}, unavailable("MASTERDOWN")},
+		{&replyError{"CLUSTERDOWN The cluster is down"}, unavailable("CLUSTERDOWN")},
+		{&replyError{"TRYAGAIN Multiple keys request during rehashing of slot"}, unavailable("TRYAGAIN")},
+		{&replyError{"MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist to disk."}, unavailable("MISCONF")},
+		{&replyError{"NOREPLICAS Not enough good replicas to write."}, unavailable("NOREPLICAS")},
+		{&replyError{"NOPERM this user has no permissions to run the 'evalsha' command"}, unavailable("NOPERM")},
+		{&replyError{"NOAUTH Authentication required."}, unavailable("NOAUTH")},
+		{&replyError{"WRONGPASS invalid username-password pair or user is disabled."}, unavailable("WRONGPASS")},
+		{&replyError{"ERR invalid password"}, unavailable("WRONGPASS")},
+		{&replyError{"ERR max number of clients reached"}, unavailable("MAXCLIENTS")},
+		{&replyError{"max number of clients reached"}, unavailable("MAXCLIENTS")}, // rueidis strips "ERR "
+		{&replyError{"STALE holdfast: the call ran after its deadline"}, unavailable("STALE")},
+		{&replyError{"ERR user script failed: boom"}, want{core.ClassUnknown, "unknown", true, nil}},
+		{&replyError{"OOMKILLER is not a code"}, want{core.ClassUnknown, "unknown", true, nil}},
+		{fmt.Errorf("wrapped: %w", &replyError{"BUSY"}), unavailable("BUSY")},
 	} {
 		got := fakeErrors.Classify("s", tc.err)
+		se, ok := errors.AsType[*core.StoreError](got)
+		if !ok {
+			t.Fatalf("%v: %T, want a *core.StoreError", tc.err, got)
+		}
+		if w := tc.want; se.Class != w.class || se.Reason != w.reason || se.Answered != w.answered {
+			t.Errorf("%v: class %v reason %q answered %v; want %v %q %v", tc.err, se.Class, se.Reason, se.Answered, w.class, w.reason, w.answered)
+		}
+		if core.ClassOf(got) != tc.want.class || core.ReasonOf(got) != tc.want.reason {
+			t.Errorf("%v: ClassOf %v ReasonOf %q", tc.err, core.ClassOf(got), core.ReasonOf(got))
+		}
 		// A nil reply is reported as a malformed reply, without the
 		// client's nil error.
 		if tc.err != errNil && !errors.Is(got, tc.err) {
 			t.Errorf("%v: %v does not keep the cause", tc.err, got)
 		}
 		for _, sentinel := range []error{core.ErrMalformedReply, core.ErrStoreUnavailable, core.ErrWrongType} {
-			if errors.Is(got, sentinel) != (sentinel == tc.want) {
-				t.Errorf("%v: %v; want %v", tc.err, got, tc.want)
+			if errors.Is(got, sentinel) != (sentinel == tc.want.sentinel) {
+				t.Errorf("%v: %v; want sentinel %v", tc.err, got, tc.want.sentinel)
 			}
 		}
-		if tc.prefix != "" && !strings.HasPrefix(got.Error(), tc.prefix) {
-			t.Errorf("%v: %q, want prefix %q", tc.err, got, tc.prefix)
+		if !strings.Contains(got.Error(), "fake: s: ") {
+			t.Errorf("%v: %q does not name the client and script", tc.err, got)
 		}
 	}
+}
+
+// reasons is every reason ClassifyReply may return: the metric label's
+// whole set.
+func reasons() map[string]bool {
+	r := map[string]bool{"WRONGTYPE": true, "MAXCLIENTS": true, "unknown": true}
+	for _, v := range pipeline.Refusals {
+		r[v] = true
+	}
+	return r
+}
+
+// FuzzClassifyReply: any error text gets a class and a reason from the
+// bounded set, and never the text itself.
+func FuzzClassifyReply(f *testing.F) {
+	for _, s := range []string{"OOM command not allowed", "ERR max number of clients reached", "WRONGTYPE x", "", "ERR ", " ", "BUSY", "ERR NOPERM x", "\x00\xff"} {
+		f.Add(s)
+	}
+	known := reasons()
+	f.Fuzz(func(t *testing.T, msg string) {
+		class, reason := pipeline.ClassifyReply(msg)
+		if class != core.ClassRequest && class != core.ClassUnavailable && class != core.ClassUnknown {
+			t.Fatalf("%q: class %v", msg, class)
+		}
+		if !known[reason] {
+			t.Fatalf("%q: reason %q is outside the bounded set", msg, reason)
+		}
+		err := fakeErrors.Classify("s", &replyError{msg})
+		if core.ClassOf(err) != class || core.ReasonOf(err) != reason {
+			t.Fatalf("%q: Classify gives %v %q, ClassifyReply %v %q", msg, core.ClassOf(err), core.ReasonOf(err), class, reason)
+		}
+	})
 }
 
 // TestChunkedByWeight: a chunk ends before its weight passes MaxArgs, holds

@@ -89,7 +89,7 @@ func (s *Server) shutdown(t testing.TB) {
 // error fails the test.
 func (s *Server) Do(t testing.TB, args ...string) string {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: s.Addr(), Password: s.conf.password, MaxRetries: -1, DisableIdentity: true, TLSConfig: s.clientTLS()})
+	c := s.client(s.password(), 0)
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -105,6 +105,29 @@ func (s *Server) Do(t testing.TB, args ...string) string {
 		t.Fatalf("redistest: %v: %v", args, err)
 	}
 	return fmt.Sprint(v)
+}
+
+// client returns a client of its own (one connection, no retries) that
+// authenticates with pw; timeout bounds its dial, reads and writes (0:
+// go-redis's defaults).
+func (s *Server) client(pw string, timeout time.Duration) *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: s.Addr(), Password: pw, MaxRetries: -1, DisableIdentity: true, TLSConfig: s.clientTLS(),
+		PoolSize: 1, DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout})
+}
+
+// password is the password the server requires now.
+func (s *Server) password() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.passwordLocked()
+}
+
+// passwordLocked is password for a caller holding mu.
+func (s *Server) passwordLocked() string {
+	if s.ctlPass != "" {
+		return s.ctlPass
+	}
+	return s.conf.password
 }
 
 func (s *Server) logPath() string { return filepath.Join(s.dir, "redis.log") }

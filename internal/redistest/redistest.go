@@ -68,6 +68,9 @@ type Server struct {
 	port   int
 	proc   *process
 	paused bool
+	// ctlPass, when set, is the password the server requires now, which
+	// Do uses; URL keeps conf.password (RotatePassword).
+	ctlPass string
 }
 
 // process is one run of redis-server; done is closed when it has exited.
@@ -145,6 +148,21 @@ func (s *Server) Dir() string { return s.dir }
 
 // startLocked starts a process on s.port and waits until it answers PING.
 func (s *Server) startLocked() error {
+	p, err := s.spawnLocked()
+	if err != nil {
+		return err
+	}
+	if err := waitReady(s.port, p, s.clientTLS()); err != nil {
+		p.kill()
+		s.proc = nil
+		return fmt.Errorf("port %d: %w\n%s", s.port, err, s.logTail())
+	}
+	return nil
+}
+
+// spawnLocked starts a process on s.port, with extra appended to its
+// configuration for this run only, and returns without waiting for it.
+func (s *Server) spawnLocked(extra ...string) (*process, error) {
 	appendonly := "no"
 	if s.conf.aof {
 		appendonly = "yes"
@@ -162,21 +180,17 @@ func (s *Server) startLocked() error {
 		args = append(args, "--tls-port", strconv.Itoa(s.port), "--tls-cert-file", f.Cert,
 			"--tls-key-file", f.Key, "--tls-ca-cert-file", f.CA, "--tls-auth-clients", "no")
 	}
-	cmd := exec.Command(s.bin, append(args, s.conf.args...)...)
+	args = append(append(args, s.conf.args...), extra...)
+	cmd := exec.Command(s.bin, args...)
 	cmd.Dir = s.dir
 	dieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
-		return err
+		return nil, err
 	}
 	p := &process{cmd: cmd, done: make(chan struct{})}
 	go func() { p.err = cmd.Wait(); close(p.done) }()
 	s.proc, s.paused = p, false
-	if err := waitReady(s.port, p, s.clientTLS()); err != nil {
-		p.kill()
-		s.proc = nil
-		return fmt.Errorf("port %d: %w\n%s", s.port, err, s.logTail())
-	}
-	return nil
+	return p, nil
 }
 
 // waitReady polls PING until the server answers PONG (or NOAUTH, when it

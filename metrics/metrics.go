@@ -25,6 +25,7 @@ import (
 
 	"github.com/holdfast/holdfast/core"
 	"github.com/holdfast/holdfast/fallback"
+	"github.com/holdfast/holdfast/internal/pipeline"
 )
 
 // Namespace starts every metric name.
@@ -39,6 +40,7 @@ type Metrics struct {
 	state       *prometheus.GaugeVec
 	transitions *prometheus.CounterVec
 	calls       *prometheus.HistogramVec
+	storeErrs   *prometheus.CounterVec
 
 	watchOnce sync.Once
 }
@@ -70,10 +72,23 @@ func New() *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 12),
 		}, []string{"script", "outcome"}),
 	}
-	m.reg.MustRegister(m.decisions, m.state, m.transitions, m.calls,
+	m.storeErrs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "store_errors_total",
+		Help: "Failed store calls by class (request, unavailable, unknown) and reason (a Redis error code such as OOM, READONLY or NOPERM; network, deadline, malformed, unknown; other for a reason outside that set). See docs/errors.md.",
+	}, []string{"class", "reason"})
+	m.reg.MustRegister(m.decisions, m.state, m.transitions, m.calls, m.storeErrs,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.setState(fallback.Closed)
 	return m
+}
+
+// storeError counts a failed store call by its class and reason.
+func (m *Metrics) storeError(err error) {
+	reason := core.ReasonOf(err)
+	if !pipeline.KnownReason(reason) {
+		reason = "other"
+	}
+	m.storeErrs.WithLabelValues(core.ClassOf(err).String(), reason).Inc()
 }
 
 // Registry returns the registry the collectors live in, for tests and for

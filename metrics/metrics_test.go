@@ -169,3 +169,37 @@ func scrape(t *testing.T, m *metrics.Metrics) string {
 	}
 	return w.Body.String()
 }
+
+// TestStoreErrorsByClass: failed calls are counted by class and a reason
+// from the bounded set; a reason outside it (another store's own) is
+// "other", and the message text never becomes a label.
+func TestStoreErrorsByClass(t *testing.T) {
+	m := metrics.New()
+	script := core.NewScript("tokenbucket", "return 1", nil)
+	ctx := context.Background()
+	for _, err := range []error{
+		&core.StoreError{Class: core.ClassUnavailable, Reason: "OOM", Answered: true, Err: errors.New("OOM command not allowed, key secret-1")},
+		&core.StoreError{Class: core.ClassUnavailable, Reason: "OOM", Answered: true, Err: errors.New("OOM command not allowed, key secret-2")},
+		&core.StoreError{Class: core.ClassUnavailable, Reason: "deadline", Err: context.DeadlineExceeded},
+		&core.StoreError{Class: core.ClassUnknown, Reason: "made up by a store", Err: errors.New("ERR x")},
+		core.Errorf(core.ErrMalformedReply, "reply is a string"),
+		core.ErrWrongType,
+	} {
+		m.Store(&fakeStore{err: err}).Run(ctx, script, []string{"k"}, nil)
+	}
+	out := scrape(t, m)
+	for _, want := range []string{
+		`holdfast_store_errors_total{class="unavailable",reason="OOM"} 2`,
+		`holdfast_store_errors_total{class="unavailable",reason="deadline"} 1`,
+		`holdfast_store_errors_total{class="unknown",reason="other"} 1`,
+		`holdfast_store_errors_total{class="unknown",reason="malformed"} 1`,
+		`holdfast_store_errors_total{class="request",reason="request"} 1`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("scrape lacks %s", want)
+		}
+	}
+	if strings.Contains(out, "secret") {
+		t.Error("an error's text reached a label")
+	}
+}

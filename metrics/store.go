@@ -42,6 +42,7 @@ func (t *timed) observe(script string, start time.Time, err error) {
 	outcome := "ok"
 	if err != nil {
 		outcome = "error"
+		t.m.storeError(err)
 	}
 	t.m.calls.WithLabelValues(script, outcome).Observe(time.Since(start).Seconds())
 }

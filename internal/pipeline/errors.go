@@ -119,3 +119,15 @@ func (w *wrappedError) Unwrap() error { return w.err }
 func wrap(prefix, name string, err error) error {
 	return &wrappedError{text: prefix + ": " + name + ": " + err.Error(), err: err}
 }
+
+// KnownReason reports whether r is one of the reasons a StoreError from
+// Classify or core.ReasonOf can carry: the bounded set a metric label may
+// take.
+func KnownReason(r string) bool {
+	switch r {
+	case "WRONGTYPE", "MAXCLIENTS", "unknown", "malformed", "network", "deadline", "canceled", "request":
+		return true
+	}
+	_, ok := Refusals[r]
+	return ok
+}

@@ -28,6 +28,9 @@ type Options struct {
 	Backend string
 	// ID names the instance in Redis's membership set, /status and logs.
 	ID string
+	// Service names the application whose instances share the quota:
+	// instances of other services on the same Redis are not counted.
+	Service string
 	// Config is the path of the policies' YAML file.
 	Config string
 	// StateDir is where the limiter writes an unreconciled outage log at
@@ -100,6 +103,8 @@ func FlagSet(out io.Writer) (*flag.FlagSet, *Options) {
 		"treat --redis as a Redis Cluster seed even when it names one node (a URL with addr= seeds is a cluster anyway)")
 	fs.StringVar(&o.Backend, "backend", env("backend", "goredis"), "Redis client: goredis or rueidis")
 	fs.StringVar(&o.ID, "id", env("id", ""), "instance name (default hostname-pid)")
+	fs.StringVar(&o.Service, "service", env("service", ""),
+		"service name: its instances share the quota and count each other; other services on the same Redis are not counted")
 	fs.StringVar(&o.Config, "config", env("config", ""), "policies YAML file (required)")
 	fs.StringVar(&o.StateDir, "state-dir", env("state-dir", ""), "directory for the outage log across restarts")
 	fs.IntVar(&o.ExpectedInstances, "expected-instances", envInt("expected-instances", 1),

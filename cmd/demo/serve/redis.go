@@ -136,8 +136,13 @@ func newConnectingStore(ctx context.Context, what string, dial func() (shardedSt
 		close(s.done)
 		return s
 	}
-	log.Warn("holdfast serve: Redis not reachable, limiting locally; connecting in the background",
-		"target", what, "retry", retry, "err", s.err())
+	if authError(s.err()) {
+		log.Error("holdfast serve: Redis REFUSES this instance's credentials or permissions; limiting locally; fix the user/password or ACL in --redis (retrying in the background)",
+			"target", what, "retry", retry, "err", s.err())
+	} else {
+		log.Warn("holdfast serve: Redis not reachable, limiting locally; connecting in the background",
+			"target", what, "retry", retry, "err", s.err())
+	}
 	go func() {
 		defer close(s.done)
 		t := time.NewTicker(retry)
@@ -248,4 +253,17 @@ func (s *connectingStore) Close() {
 			closeFn()
 		}
 	})
+}
+
+// authError reports whether err is Redis refusing the credentials or the
+// ACL permissions (NOAUTH, WRONGPASS, NOPERM), which retrying alone will not
+// mend.
+func authError(err error) bool {
+	msg := err.Error()
+	for _, code := range []string{"NOAUTH", "WRONGPASS", "NOPERM", "invalid password"} {
+		if strings.Contains(msg, code) {
+			return true
+		}
+	}
+	return false
 }

@@ -80,6 +80,7 @@ func New(ctx context.Context, o Options, log *slog.Logger) (*App, error) {
 	a := &App{opts: o, cfg: cfg, metrics: metrics.New(), log: log, closeDB: closeDB}
 	a.lim, err = fallback.New(a.metrics.Store(store), fallback.Options{
 		ID:                o.ID,
+		Service:           o.Service,
 		Prefix:            cfg.Prefix,
 		ExpectedInstances: o.ExpectedInstances,
 		Heartbeat:         o.Heartbeat,

@@ -316,3 +316,51 @@ func TestConfigRejectionsStopTheStart(t *testing.T) {
 		t.Errorf("missing config: %v", err)
 	}
 }
+
+// TestWrongPasswordAtStart: an instance whose password Redis refuses logs
+// it as an error, starts anyway and limits locally (no 5xx, the policy's
+// capacity admitted), with the reason in /status; once Redis accepts the
+// password, it returns to Redis.
+func TestWrongPasswordAtStart(t *testing.T) {
+	for _, backend := range []string{"goredis", "rueidis"} {
+		t.Run(backend, func(t *testing.T) {
+			srv := redistest.Start(t, redistest.WithPassword("right"))
+			o := options(t, "redis://:wrong@"+srv.Addr()+"/0", testConfig)
+			o.Backend = backend
+			a, logs := newApp(t, o)
+			h := a.Handler()
+			admitted := 0
+			for i := range 5 {
+				w := get(h, "/api/tb", "c1")
+				switch w.Code {
+				case 200:
+					admitted++
+				case 429:
+				default:
+					t.Fatalf("request %d: %d %s", i, w.Code, w.Body)
+				}
+			}
+			if admitted != 3 {
+				t.Errorf("admitted %d of 5 with capacity 3", admitted)
+			}
+			st := status(t, h)
+			if st.Breaker != "open" || st.LastError == nil || st.LastError.Reason != "WRONGPASS" {
+				t.Errorf("status %+v (last error %+v), want open with reason WRONGPASS", st, st.LastError)
+			}
+			if !strings.Contains(logs.String(), "level=ERROR") || !strings.Contains(logs.String(), "WRONGPASS") {
+				t.Errorf("the refused password was not logged as an error:\n%s", logs)
+			}
+			srv.Do(t, "CONFIG", "SET", "requirepass", "wrong")
+			deadline := time.Now().Add(10 * time.Second)
+			for st = status(t, h); st.Breaker != "closed" || st.PendingLog != 0; st = status(t, h) {
+				if time.Now().After(deadline) {
+					t.Fatalf("10 s after Redis took the password: %+v", st)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			if w := get(h, "/api/tb", "c1"); w.Code != 429 || !strings.Contains(w.Body.String(), `"mode":"redis"`) {
+				t.Errorf("after recovery: %d %s, want a Redis denial: the 3 local grants were replayed", w.Code, w.Body)
+			}
+		})
+	}
+}

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,10 +25,14 @@ import (
 type failing struct {
 	core.Store
 	err atomic.Pointer[error]
+	// only, if set, limits the failures to scripts whose name starts with it.
+	only   string
+	failed atomic.Int64
 }
 
 func (f *failing) Run(ctx context.Context, s *core.Script, keys, args []string) ([]int64, error) {
-	if e := f.err.Load(); e != nil {
+	if e := f.err.Load(); e != nil && strings.HasPrefix(s.Name(), f.only) {
+		f.failed.Add(1)
 		return nil, *e
 	}
 	return f.Store.Run(ctx, s, keys, args)
@@ -222,5 +228,79 @@ func TestServicesCountOwnInstances(t *testing.T) {
 	a[2].Close()
 	if got := srv.Do(t, "ZCARD", core.DefaultPrefix+"{members}:api"); got != "2" {
 		t.Fatalf("after Close api's set holds %s members, want 2: Close leaves the set", got)
+	}
+}
+
+// TestReplayRefusedGoesBackToOpen: a probe that passes while the replay is
+// refused (OOM) sends the breaker from reconciling back to open, with every
+// grant kept in the log; once the replay is taken the breaker closes and
+// Redis counts each grant once.
+func TestReplayRefusedGoesBackToOpen(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	store := &failing{Store: newStore(t, "goredis", srv.URL())}
+	var mu sync.Mutex
+	var seen []fallback.State
+	l, err := fallback.New(store, fallback.Options{
+		ID: "replay", Heartbeat: time.Hour, Logger: testLogger(),
+		Breaker: fallback.BreakerOptions{CallTimeout: callTimeout, ProbeInterval: 20 * time.Millisecond, Jitter: time.Nanosecond,
+			OnStateChange: func(_, to fallback.State) { mu.Lock(); seen = append(seen, to); mu.Unlock() }},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	p, _ := tokenbucket.Policy("tb", 10, 0.001)
+	ctx := context.Background()
+	for range 4 {
+		l.Allow(ctx, p, "k")
+	}
+	store.set(&core.StoreError{Class: core.ClassUnavailable, Reason: "OOM", Answered: true, Err: errors.New("OOM command not allowed")})
+	for range 6 {
+		if r, err := l.Allow(ctx, p, "k"); err != nil || !r.Allowed || !r.Degraded {
+			t.Fatalf("in the fault: %+v %v", r, err)
+		}
+	}
+	pending := l.Status().PendingLog
+	store.only = "reconcile" // decisions and heartbeats pass; replays are refused
+	time.Sleep(300 * time.Millisecond)
+	if n := store.failed.Load(); n < 2 {
+		t.Fatalf("%d refused calls: the replay was not retried", n)
+	}
+	if st := l.Status(); st.Breaker == "closed" || st.PendingLog != pending {
+		t.Fatalf("with the replay refused: %+v, want not closed and %d pending", st, pending)
+	}
+	mu.Lock()
+	path := fmt.Sprint(seen)
+	mu.Unlock()
+	if !strings.HasPrefix(path, "[open reconciling open reconciling open") {
+		t.Fatalf("breaker path %s, want open and reconciling in turn", path)
+	}
+	store.heal()
+	deadline := time.Now().Add(5 * time.Second)
+	for l.Breaker().State() != fallback.Closed || l.Status().PendingLog > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("not recovered: %+v", l.Status())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// 4 through Redis and 6 replayed: the bucket of 10 is empty, not
+	// emptier (counted twice) nor fuller (lost).
+	if r, err := l.Allow(ctx, p, "k"); err != nil || r.Allowed || r.Remaining != 0 {
+		t.Fatalf("after recovery: %+v %v, want a denial with 0 left", r, err)
+	}
+	// The bucket's credit, Redis time minus the stored zero-credit instant,
+	// is within one token of zero: counted twice it would be 6 tokens
+	// (6000 s) in debt.
+	e, err := strconv.ParseInt(srv.Do(t, "GET", core.StorageKey(core.DefaultPrefix, "tb", "k")), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	credit := time.Now().UnixMicro() - e
+	if token := p.Interval().Microseconds(); credit < -token || credit > token {
+		t.Fatalf("bucket credit %d µs after 10 grants of capacity 10, want within one token (%d µs) of 0", credit, token)
 	}
 }

@@ -26,7 +26,7 @@
 //
 // A policy's key source (KeySource) finds each request's client key. Keys
 // come from clients, so Extract passes them through SafeKey: a key longer
-// than MaxKeyLen bytes, or with bytes outside printable ASCII, is replaced by
+// than MaxVerbatimKeyLen bytes, or with bytes outside printable ASCII, is replaced by
 // "sha256:" and its hex SHA-256. A client cannot blow up memory, Redis or
 // logs with its key, and still gets a bucket of its own.
 package config

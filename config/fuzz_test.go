@@ -118,7 +118,7 @@ func FuzzExtract(f *testing.F) {
 			}
 		case err != nil:
 			t.Fatalf("header %q: %v", v, err)
-		case len(trimmed) <= MaxKeyLen && printable(trimmed) && !strings.HasPrefix(trimmed, HashPrefix):
+		case len(trimmed) <= MaxVerbatimKeyLen && printable(trimmed) && !strings.HasPrefix(trimmed, HashPrefix):
 			if key != trimmed {
 				t.Fatalf("header %q gave key %q, want it unchanged", v, key)
 			}
@@ -128,10 +128,10 @@ func FuzzExtract(f *testing.F) {
 				t.Fatalf("header %q gave key %q, want its hash", v, key)
 			}
 		}
-		if err == nil && (len(key) > MaxKeyLen || !printable(key)) {
+		if err == nil && (len(key) > MaxVerbatimKeyLen || !printable(key)) {
 			t.Fatalf("unsafe key %q", key)
 		}
-		if key, err := ip.Extract(r); err == nil && (key == "" || len(key) > MaxKeyLen || !printable(key)) {
+		if key, err := ip.Extract(r); err == nil && (key == "" || len(key) > MaxVerbatimKeyLen || !printable(key)) {
 			t.Fatalf("X-Forwarded-For %q gave unsafe key %q", v, key)
 		}
 	})

@@ -12,9 +12,9 @@ import (
 	"strings"
 )
 
-// MaxKeyLen is the longest client key passed on unchanged, in bytes. See
+// MaxVerbatimKeyLen is the longest client key passed on unchanged, in bytes. See
 // SafeKey.
-const MaxKeyLen = 128
+const MaxVerbatimKeyLen = 128
 
 // HashPrefix starts every key that SafeKey replaced by its hash.
 const HashPrefix = "sha256:"
@@ -138,7 +138,7 @@ func parseAddr(s string) (netip.Addr, bool) {
 	return a.Unmap().WithZone(""), true
 }
 
-// SafeKey returns key itself when it is at most MaxKeyLen bytes of printable
+// SafeKey returns key itself when it is at most MaxVerbatimKeyLen bytes of printable
 // ASCII (0x20-0x7E) and does not start with HashPrefix; otherwise HashPrefix
 // followed by the hex SHA-256 of key (71 bytes). A client chooses its key,
 // so this bounds what one key costs in memory, in Redis and in logs, and
@@ -146,7 +146,7 @@ func parseAddr(s string) (netip.Addr, bool) {
 // identifies its client. Keys that start with HashPrefix are hashed too, so
 // no client can name another's hashed key.
 func SafeKey(key string) string {
-	if len(key) <= MaxKeyLen && !strings.HasPrefix(key, HashPrefix) && printable(key) {
+	if len(key) <= MaxVerbatimKeyLen && !strings.HasPrefix(key, HashPrefix) && printable(key) {
 		return key
 	}
 	sum := sha256.Sum256([]byte(key))

@@ -47,7 +47,7 @@ func TestExtract(t *testing.T) {
 	ip, _ := ParseKeySource("ip")
 	proxied := ip
 	proxied.TrustProxy = true
-	long := strings.Repeat("k", MaxKeyLen)
+	long := strings.Repeat("k", MaxVerbatimKeyLen)
 	tests := []struct {
 		name   string
 		src    KeySource
@@ -63,8 +63,8 @@ func TestExtract(t *testing.T) {
 		{"header missing", hdr, "", nil, "", "missing header X-Client-ID", true},
 		{"header empty", hdr, "", map[string][]string{"X-Client-Id": {""}}, "", "missing header X-Client-ID", true},
 		{"header blank", hdr, "", map[string][]string{"X-Client-Id": {" \t "}}, "", "missing header X-Client-ID", true},
-		{"key of MaxKeyLen bytes", hdr, "", map[string][]string{"X-Client-Id": {long}}, long, "", false},
-		{"key over MaxKeyLen hashed", hdr, "", map[string][]string{"X-Client-Id": {long + "k"}}, hashed(long + "k"), "", false},
+		{"key of MaxVerbatimKeyLen bytes", hdr, "", map[string][]string{"X-Client-Id": {long}}, long, "", false},
+		{"key over MaxVerbatimKeyLen hashed", hdr, "", map[string][]string{"X-Client-Id": {long + "k"}}, hashed(long + "k"), "", false},
 		{"control byte hashed", hdr, "", map[string][]string{"X-Client-Id": {"a\x00b"}}, hashed("a\x00b"), "", false},
 		{"non-ASCII hashed", hdr, "", map[string][]string{"X-Client-Id": {"clé"}}, hashed("clé"), "", false},
 		{"hash prefix hashed", hdr, "", map[string][]string{"X-Client-Id": {"sha256:00"}}, hashed("sha256:00"), "", false},

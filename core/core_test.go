@@ -187,3 +187,20 @@ func TestLimiterLocalMode(t *testing.T) {
 		t.Fatalf("admitted %d of 5 within one instant, want capacity 2", admitted)
 	}
 }
+
+// TestSmallDefects: an error's Result says no mode; a nil store and a nil
+// context are named errors, not ErrInvalidPolicy or a panic.
+func TestSmallDefects(t *testing.T) {
+	if got := (core.Result{}).Mode.String(); got != "none" {
+		t.Errorf("zero Result's mode %q, want none", got)
+	}
+	if _, err := core.NewLimiter(nil, core.Options{}); err == nil || errors.Is(err, core.ErrInvalidPolicy) || !strings.Contains(err.Error(), "nil store") {
+		t.Errorf("NewLimiter(nil): %v, want a nil-store error", err)
+	}
+	l := newLimiter(t)
+	p, _ := tokenbucket.Policy("tb", 2, 1)
+	r, err := l.Allow(nil, p, "alice")
+	if !errors.Is(err, core.ErrNilContext) || r.Mode != core.ModeNone || core.ClassOf(err) != core.ClassRequest {
+		t.Errorf("nil context: %+v %v, want ErrNilContext (a request error) and mode none", r, err)
+	}
+}

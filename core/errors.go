@@ -27,6 +27,9 @@ var (
 	// ErrWrongType reports a storage key that holds another Redis type than
 	// the algorithm's (WRONGTYPE), usually a key-prefix collision.
 	ErrWrongType = errors.New("core: key holds the wrong type")
+	// ErrNilContext reports a nil context.Context passed to a limiter or a
+	// store.
+	ErrNilContext = errors.New("core: nil context")
 	// ErrStoreUnavailable reports a store that could not be reached or did
 	// not answer within its deadline.
 	ErrStoreUnavailable = errors.New("core: store unavailable")
@@ -159,5 +162,5 @@ func ReasonOf(err error) string {
 
 var requestErrors = []error{
 	ErrWrongType, ErrInvalidPolicy, ErrUnknownPolicy, ErrInvalidCost,
-	ErrCostExceedsLimit, ErrEmptyKey, ErrKeyTooLong,
+	ErrCostExceedsLimit, ErrEmptyKey, ErrKeyTooLong, ErrNilContext,
 }

@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"time"
 )
@@ -39,10 +40,26 @@ type Localer interface {
 	Local() bool
 }
 
+// IsLocal reports whether store, or a store it wraps (Unwrapper), keeps
+// its state in this process.
+func IsLocal(store Store) bool {
+	for store != nil {
+		if lo, ok := store.(Localer); ok {
+			return lo.Local()
+		}
+		u, ok := store.(Unwrapper)
+		if !ok {
+			return false
+		}
+		store = u.Unwrap()
+	}
+	return false
+}
+
 // NewLimiter returns a Limiter over store.
 func NewLimiter(store Store, opts Options) (*Limiter, error) {
 	if store == nil {
-		return nil, errorf(ErrInvalidPolicy, "nil store")
+		return nil, errors.New("core: NewLimiter: nil store")
 	}
 	prefix := opts.Prefix
 	if prefix == "" {
@@ -55,7 +72,7 @@ func NewLimiter(store Store, opts Options) (*Limiter, error) {
 	if l.newID == nil {
 		l.newID = NewRequestID
 	}
-	if lo, ok := store.(Localer); ok && lo.Local() {
+	if IsLocal(store) {
 		l.mode = ModeLocal
 	}
 	l.direct, _ = store.(DirectStore)
@@ -71,6 +88,9 @@ func (l *Limiter) Allow(ctx context.Context, p Policy, key string) (Result, erro
 // and spends them if so. Errors report bad input or a failing store; a
 // denial is a Result.
 func (l *Limiter) AllowN(ctx context.Context, p Policy, key string, cost int64) (Result, error) {
+	if ctx == nil {
+		return Result{}, ErrNilContext
+	}
 	if l.direct != nil {
 		// RunDirect checks the request itself.
 		if r, ok, err := l.direct.RunDirect(ctx, l.prefix, p, key, cost); ok {

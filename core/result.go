@@ -6,8 +6,10 @@ import "time"
 type Mode int
 
 const (
+	// ModeNone is the zero Mode: nothing decided (the Result of an error).
+	ModeNone Mode = iota
 	// ModeRedis: the shared store (Redis) decided, for all instances at once.
-	ModeRedis Mode = iota
+	ModeRedis
 	// ModeLocal: this process decided alone, from a local store or a lease.
 	ModeLocal
 	// ModeFailOpen: the store was unavailable and the policy admits everything.
@@ -16,9 +18,11 @@ const (
 	ModeFailClosed
 )
 
-// String returns "redis", "local", "fail_open" or "fail_closed".
+// String returns "none", "redis", "local", "fail_open" or "fail_closed".
 func (m Mode) String() string {
 	switch m {
+	case ModeNone:
+		return "none"
 	case ModeRedis:
 		return "redis"
 	case ModeLocal:

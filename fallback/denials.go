@@ -46,7 +46,6 @@ func (k *keyState) recall(p core.Policy, cost int64, now time.Time) (core.Result
 		Remaining:  d.left,
 		RetryAfter: time.Duration(d.until - t),
 		ResetAfter: time.Duration(max(d.reset-t, 0)),
-		Mode:       core.ModeRedis,
 	}, true
 }
 
@@ -61,5 +60,6 @@ func (l *Limiter) recalled(p core.Policy, key string, cost int64) (core.Result, 
 		}
 		return prev, -1
 	})
+	r.Mode = l.sharedMode
 	return r, ok
 }

@@ -139,10 +139,13 @@ type Limiter struct {
 	tag string
 	// shards, once the store's cluster topology is known, routes each key
 	// to the cell of its shard (see shards.go).
-	shards   atomic.Pointer[shardSet]
-	user     func(from, to State) // the caller's OnStateChange
-	notifyMu sync.Mutex
-	notified State // the state last reported to user
+	shards atomic.Pointer[shardSet]
+	user   func(from, to State) // the caller's OnStateChange
+	// sharedMode is the Mode of a decision through the store: ModeRedis,
+	// or ModeLocal for a store that keeps its state in this process.
+	sharedMode core.Mode
+	notifyMu   sync.Mutex
+	notified   State // the state last reported to user
 
 	instances atomic.Int64
 	countMu   sync.Mutex
@@ -168,10 +171,17 @@ type Limiter struct {
 //go:embed members.lua
 var membersSource string
 
-var membersScript = core.NewScript("members", membersSource, nil)
+var membersScript = core.NewScript("members", membersSource, membersLocal)
+
+// membersLocal is the membership script's Go twin, for a store in this
+// process (the memory backend): this instance is the only one.
+func membersLocal(_ any, now int64, _ []string) (any, []int64, int64, error) {
+	return nil, []int64{1, now}, 0, nil
+}
 
 // leaveScript takes an instance out of the membership set.
-var leaveScript = core.NewScript("members_leave", "return {redis.call('ZREM', KEYS[1], ARGV[1])}", nil)
+var leaveScript = core.NewScript("members_leave", "return {redis.call('ZREM', KEYS[1], ARGV[1])}",
+	func(any, int64, []string) (any, []int64, int64, error) { return nil, []int64{1}, 0, nil })
 
 // leave takes this instance out of the membership set, if Redis is
 // reachable (the breaker is closed): the others' share grows at their next
@@ -217,6 +227,10 @@ func newLimiter(store core.Store, o Options, tag string) (*Limiter, error) {
 		l.members, l.barrier = l.members+":"+o.Service, l.barrier+":"+o.Service
 	}
 	l.instances.Store(int64(o.ExpectedInstances))
+	l.sharedMode = core.ModeRedis
+	if core.IsLocal(store) {
+		l.sharedMode = core.ModeLocal // a memory store: nothing is shared
+	}
 	leases, err := memory.New(memory.Options{MaxBytes: o.LeaseBytes, Micros: l.storeMicros})
 	if err != nil {
 		return nil, err
@@ -438,7 +452,7 @@ func (l *Limiter) remote(ctx context.Context, gen uint64, p core.Policy, key str
 		if rep, err = core.ParseReply(raw); err == nil {
 			l.breaker.Done(gen, nil, took)
 			l.observe(skey, p, cost, start, rep)
-			return result(p.Limit(), rep, core.ModeRedis, false), nil
+			return result(p.Limit(), rep, l.sharedMode, false), nil
 		}
 	}
 	if ctx.Err() != nil {

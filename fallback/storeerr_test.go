@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
+	"github.com/holdfast/holdfast/backend/memory"
 	"github.com/holdfast/holdfast/core"
 	"github.com/holdfast/holdfast/fallback"
 	"github.com/holdfast/holdfast/internal/redistest"
@@ -302,5 +303,39 @@ func TestReplayRefusedGoesBackToOpen(t *testing.T) {
 	credit := time.Now().UnixMicro() - e
 	if token := p.Interval().Microseconds(); credit < -token || credit > token {
 		t.Fatalf("bucket credit %d µs after 10 grants of capacity 10, want within one token (%d µs) of 0", credit, token)
+	}
+}
+
+// TestOverMemoryStore: over a store in this process the fallback limiter
+// says its decisions are local, not Redis's, and its probe and heartbeat
+// work there (the breaker stays closed).
+func TestOverMemoryStore(t *testing.T) {
+	store, err := memory.New(memory.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	l, err := fallback.New(store, fallback.Options{ID: "mem", Logger: testLogger(), Heartbeat: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	p, _ := tokenbucket.Policy("tb", 2, 0.001)
+	admitted := 0
+	for i := range 4 {
+		r, err := l.Allow(context.Background(), p, "k")
+		if err != nil || r.Mode != core.ModeLocal || r.Degraded {
+			t.Fatalf("request %d: %+v %v, want mode local, not degraded", i, r, err)
+		}
+		if r.Allowed {
+			admitted++
+		}
+	}
+	time.Sleep(50 * time.Millisecond)
+	if admitted != 2 || l.Breaker().State() != fallback.Closed || l.Status().Instances != 1 {
+		t.Fatalf("admitted %d of capacity 2, %+v", admitted, l.Status())
 	}
 }

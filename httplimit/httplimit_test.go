@@ -88,31 +88,31 @@ func TestHeaders(t *testing.T) {
 		policy, limit, retry string
 		body                 string
 	}{
-		{"token bucket", tb, core.Result{Allowed: true, Limit: 20, Remaining: 5, ResetAfter: 3 * time.Second},
+		{"token bucket", tb, core.Result{Allowed: true, Limit: 20, Remaining: 5, ResetAfter: 3 * time.Second, Mode: core.ModeRedis},
 			200, `"tb";q=20;w=4`, `"tb";r=5;t=3`, "", `{"allowed":true,"remaining":5,"mode":"redis","policy":"tb"}`},
-		{"token bucket, reset rounded up", tb, core.Result{Allowed: true, Limit: 20, Remaining: 8, ResetAfter: 2200 * time.Millisecond},
+		{"token bucket, reset rounded up", tb, core.Result{Allowed: true, Limit: 20, Remaining: 8, ResetAfter: 2200 * time.Millisecond, Mode: core.ModeRedis},
 			200, `"tb";q=20;w=4`, `"tb";r=8;t=3`, "", `{"allowed":true,"remaining":8,"mode":"redis","policy":"tb"}`},
-		{"token bucket denied", tb, core.Result{Limit: 20, RetryAfter: 150 * time.Millisecond, ResetAfter: 3950 * time.Millisecond},
+		{"token bucket denied", tb, core.Result{Limit: 20, RetryAfter: 150 * time.Millisecond, ResetAfter: 3950 * time.Millisecond, Mode: core.ModeRedis},
 			429, `"tb";q=20;w=4`, `"tb";r=0;t=1`, "1", `{"allowed":false,"remaining":0,"mode":"redis","retry_after_ms":150,"policy":"tb"}`},
 		{"token bucket degraded", tb, core.Result{Allowed: true, Limit: 5, Remaining: 2, ResetAfter: 2400 * time.Millisecond, Mode: core.ModeLocal, Degraded: true},
 			200, `"tb";q=5;w=4`, `"tb";r=2;t=3`, "", `{"allowed":true,"remaining":2,"mode":"local","policy":"tb"}`},
 		{"token bucket degraded denied", tb, core.Result{Limit: 5, RetryAfter: 800 * time.Millisecond, ResetAfter: 4 * time.Second, Mode: core.ModeLocal, Degraded: true},
 			429, `"tb";q=5;w=4`, `"tb";r=0;t=1`, "1", `{"allowed":false,"remaining":0,"mode":"local","retry_after_ms":800,"policy":"tb"}`},
-		{"sliding window", sw, core.Result{Allowed: true, Limit: 20, Remaining: 19, ResetAfter: 2 * time.Second},
+		{"sliding window", sw, core.Result{Allowed: true, Limit: 20, Remaining: 19, ResetAfter: 2 * time.Second, Mode: core.ModeRedis},
 			200, `"sw";q=20;w=2`, `"sw";r=19;t=2`, "", `{"allowed":true,"remaining":19,"mode":"redis","policy":"sw"}`},
-		{"sliding window denied", sw, core.Result{Limit: 20, RetryAfter: 1500 * time.Millisecond, ResetAfter: 1999 * time.Millisecond},
+		{"sliding window denied", sw, core.Result{Limit: 20, RetryAfter: 1500 * time.Millisecond, ResetAfter: 1999 * time.Millisecond, Mode: core.ModeRedis},
 			429, `"sw";q=20;w=2`, `"sw";r=0;t=2`, "2", `{"allowed":false,"remaining":0,"mode":"redis","retry_after_ms":1500,"policy":"sw"}`},
 		{"sliding window degraded", sw, core.Result{Allowed: true, Limit: 10, Remaining: 3, ResetAfter: 2 * time.Second, Mode: core.ModeLocal, Degraded: true},
 			200, `"sw";q=10;w=2`, `"sw";r=3;t=2`, "", `{"allowed":true,"remaining":3,"mode":"local","policy":"sw"}`},
 		{"sliding window degraded denied", sw, core.Result{Limit: 10, RetryAfter: 300 * time.Millisecond, ResetAfter: 1900 * time.Millisecond, Mode: core.ModeLocal, Degraded: true},
 			429, `"sw";q=10;w=2`, `"sw";r=0;t=1`, "1", `{"allowed":false,"remaining":0,"mode":"local","retry_after_ms":300,"policy":"sw"}`},
-		{"window under a second", swShort, core.Result{Allowed: true, Limit: 20, Remaining: 0, ResetAfter: 100 * time.Millisecond},
+		{"window under a second", swShort, core.Result{Allowed: true, Limit: 20, Remaining: 0, ResetAfter: 100 * time.Millisecond, Mode: core.ModeRedis},
 			200, `"sw";q=20;w=1`, `"sw";r=0;t=1`, "", `{"allowed":true,"remaining":0,"mode":"redis","policy":"sw"}`},
 		{"fail closed", tb, core.Result{Limit: 20, RetryAfter: time.Second, Mode: core.ModeFailClosed, Degraded: true},
 			429, `"tb";q=20;w=4`, `"tb";r=0;t=1`, "1", `{"allowed":false,"remaining":0,"mode":"fail_closed","retry_after_ms":1000,"policy":"tb"}`},
 		{"fail open", tb, core.Result{Allowed: true, Limit: 20, Remaining: 20, Mode: core.ModeFailOpen, Degraded: true},
 			200, `"tb";q=20;w=4`, `"tb";r=20;t=0`, "", `{"allowed":true,"remaining":20,"mode":"fail_open","policy":"tb"}`},
-		{"debt shows as zero", tb, core.Result{Limit: 20, Remaining: -3, RetryAfter: 5 * time.Second, ResetAfter: 8 * time.Second},
+		{"debt shows as zero", tb, core.Result{Limit: 20, Remaining: -3, RetryAfter: 5 * time.Second, ResetAfter: 8 * time.Second, Mode: core.ModeRedis},
 			429, `"tb";q=20;w=4`, `"tb";r=0;t=5`, "5", `{"allowed":false,"remaining":0,"mode":"redis","retry_after_ms":5000,"policy":"tb"}`},
 	}
 	for _, tt := range tests {
@@ -168,7 +168,7 @@ func TestRetryAfterRounding(t *testing.T) {
 	}
 	p := mustTB(t, "tb", 20, 5)
 	for _, tt := range tests {
-		h := New(&fake{res: core.Result{Limit: 20, RetryAfter: tt.retry}}, Rule{Policy: p, Key: headerKey(t)})(http.HandlerFunc(AllowedJSON))
+		h := New(&fake{res: core.Result{Limit: 20, RetryAfter: tt.retry, Mode: core.ModeRedis}}, Rule{Policy: p, Key: headerKey(t)})(http.HandlerFunc(AllowedJSON))
 		w := do(h, "c")
 		wantBody := fmt.Sprintf(`"retry_after_ms":%d,`, tt.ms)
 		if w.Code != 429 || w.Header().Get("Retry-After") != tt.header || !strings.Contains(w.Body.String(), wantBody) {
@@ -182,7 +182,7 @@ func TestRetryAfterRounding(t *testing.T) {
 }
 
 func TestMissingKey(t *testing.T) {
-	f := &fake{res: core.Result{Allowed: true}}
+	f := &fake{res: core.Result{Allowed: true, Mode: core.ModeRedis}}
 	h := New(f, Rule{Policy: mustTB(t, "tb", 20, 5), Key: headerKey(t)})(http.HandlerFunc(AllowedJSON))
 	w := do(h, "")
 	if w.Code != 400 || strings.TrimSpace(w.Body.String()) != `{"error":"missing header X-Client-ID"}` || w.Header().Get("Content-Type") != "application/json" {
@@ -249,7 +249,7 @@ func TestZeroKeySourceLogged(t *testing.T) {
 func TestLongKeyHashed(t *testing.T) {
 	long := strings.Repeat("x", 200)
 	sum := sha256.Sum256([]byte(long))
-	f := &fake{res: core.Result{Allowed: true, Limit: 20}}
+	f := &fake{res: core.Result{Allowed: true, Limit: 20, Mode: core.ModeRedis}}
 	h := New(f, Rule{Policy: mustTB(t, "tb", 20, 5), Key: headerKey(t)})(http.HandlerFunc(AllowedJSON))
 	if w := do(h, long); w.Code != 200 {
 		t.Fatalf("got %d", w.Code)
@@ -261,7 +261,7 @@ func TestLongKeyHashed(t *testing.T) {
 
 func TestCost(t *testing.T) {
 	for _, tt := range []struct{ cost, want int64 }{{0, 1}, {1, 1}, {3, 3}} {
-		f := &fake{res: core.Result{Allowed: true, Limit: 20}}
+		f := &fake{res: core.Result{Allowed: true, Limit: 20, Mode: core.ModeRedis}}
 		h := New(f, Rule{Policy: mustTB(t, "tb", 20, 5), Key: headerKey(t), Cost: tt.cost})(http.HandlerFunc(AllowedJSON))
 		do(h, "c")
 		if f.cost != tt.want || f.key != "c" {
@@ -292,8 +292,8 @@ func TestFromContext(t *testing.T) {
 }
 
 func TestNested(t *testing.T) {
-	burst := New(&fake{res: core.Result{Allowed: true, Limit: 20, Remaining: 19, ResetAfter: 200 * time.Millisecond}}, Rule{Policy: mustTB(t, "burst", 20, 5), Key: headerKey(t)})
-	daily := New(&fake{res: core.Result{Allowed: true, Limit: 1000, Remaining: 900, ResetAfter: time.Hour}}, Rule{Policy: mustSW(t, "daily", 1000, 24*time.Hour), Key: headerKey(t)})
+	burst := New(&fake{res: core.Result{Allowed: true, Limit: 20, Remaining: 19, ResetAfter: 200 * time.Millisecond, Mode: core.ModeRedis}}, Rule{Policy: mustTB(t, "burst", 20, 5), Key: headerKey(t)})
+	daily := New(&fake{res: core.Result{Allowed: true, Limit: 1000, Remaining: 900, ResetAfter: time.Hour, Mode: core.ModeRedis}}, Rule{Policy: mustSW(t, "daily", 1000, 24*time.Hour), Key: headerKey(t)})
 	w := do(burst(daily(http.HandlerFunc(AllowedJSON))), "c")
 	got := fmt.Sprint(w.Header().Values("RateLimit-Policy"), w.Header().Values("RateLimit"))
 	want := `["burst";q=20;w=4 "daily";q=1000;w=86400] ["burst";r=19;t=1 "daily";r=900;t=3600]`

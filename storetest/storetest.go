@@ -5,6 +5,7 @@ package storetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync/atomic"
@@ -169,6 +170,25 @@ func Run(t *testing.T, h Harness) {
 			if r := Decide(t, s, p, key, 1, T0); r.Allowed {
 				t.Fatalf("key %d: second request admitted: %+v", i, r)
 			}
+		}
+	})
+	t.Run("nil_context", func(t *testing.T) {
+		t.Parallel()
+		s := h.MakeStore(t)
+		p := must(tokenbucket.Policy("tb1", 1, 1))
+		key := core.StorageKey("storetest:", p.Name(), t.Name())
+		var nilCtx context.Context
+		if _, err := s.Run(nilCtx, p.Algorithm().Script(), []string{key}, p.Algorithm().Args(p, 1, "", 0)); !errors.Is(err, core.ErrNilContext) {
+			t.Fatalf("Run with a nil context: %v, want ErrNilContext", err)
+		}
+		if pl, ok := s.(core.Pipeliner); ok {
+			res := pl.RunMany(nilCtx, []core.Call{{Script: p.Algorithm().Script(), Keys: []string{key}, Args: p.Algorithm().Args(p, 1, "", 0)}})
+			if !errors.Is(res[0].Err, core.ErrNilContext) {
+				t.Fatalf("RunMany with a nil context: %v, want ErrNilContext", res[0].Err)
+			}
+		}
+		if pg, ok := s.(core.Pinger); ok && !errors.Is(pg.Ping(nilCtx), core.ErrNilContext) {
+			t.Fatal("Ping with a nil context: want ErrNilContext")
 		}
 	})
 }

@@ -65,6 +65,9 @@ func NewWithOptions(c redis.UniversalClient, o StoreOptions) *Store {
 // pipeline through RunMany, and is sent on its own as above if the server
 // still refuses it with NOSCRIPT there (its cache was flushed again).
 func (s *Store) Run(ctx context.Context, sc *core.Script, keys, args []string) ([]int64, error) {
+	if ctx == nil {
+		return nil, core.ErrNilContext
+	}
 	if s.co != nil {
 		return s.runCoalesced(ctx, sc, keys, args)
 	}
@@ -108,6 +111,9 @@ func (s *Store) do(ctx context.Context, argv []any, numKeys int) (any, error) {
 // Ping reports whether the server answers PING, with the same error mapping
 // as Run. It is the health probe of the fallback layer.
 func (s *Store) Ping(ctx context.Context) error {
+	if ctx == nil {
+		return core.ErrNilContext
+	}
 	if err := s.c.Ping(ctx).Err(); err != nil {
 		return classify("PING", err)
 	}

@@ -170,6 +170,9 @@ func (s *Store) Run(ctx context.Context, sc *core.Script, keys []string, args []
 	if len(keys) != 1 {
 		return nil, errors.New("memory: script " + sc.Name() + " needs exactly one key")
 	}
+	if ctx == nil {
+		return nil, core.ErrNilContext
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -231,6 +234,9 @@ func (s *Store) RunDirect(ctx context.Context, prefix string, p core.Policy, key
 	}
 	if err := core.CheckRequest(p, key, cost); err != nil {
 		return core.Reply{}, true, err
+	}
+	if ctx == nil {
+		return core.Reply{}, true, core.ErrNilContext
 	}
 	if err := ctx.Err(); err != nil {
 		return core.Reply{}, true, err

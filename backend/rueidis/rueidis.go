@@ -41,6 +41,9 @@ func New(c rueidis.Client) *Store {
 // pipelining a call abandoned at its deadline stays queued on the connection
 // and may still run when a stalled server wakes up.
 func (s *Store) Run(ctx context.Context, sc *core.Script, keys, args []string) ([]int64, error) {
+	if ctx == nil {
+		return nil, core.ErrNilContext
+	}
 	return parse(sc.Name(), s.script(sc).Exec(ctx, s.c, keys, args))
 }
 
@@ -70,6 +73,9 @@ func parse(name string, res rueidis.RedisResult) ([]int64, error) {
 // Ping reports whether the server answers PING, with the same error mapping
 // as Run. It is the health probe of the fallback layer.
 func (s *Store) Ping(ctx context.Context) error {
+	if ctx == nil {
+		return core.ErrNilContext
+	}
 	if err := s.c.Do(ctx, s.c.B().Ping().Build()).Error(); err != nil {
 		return classify("PING", err)
 	}

@@ -105,6 +105,13 @@ type Batch struct {
 // the order of calls. In each pipeline the calls refused with NOSCRIPT are
 // sent once more after Load of their scripts; nothing else is retried.
 func (b Batch) RunMany(ctx context.Context, calls []core.Call, sz Sizing) []core.CallResult {
+	if ctx == nil {
+		out := make([]core.CallResult, len(calls))
+		for i := range out {
+			out[i].Err = core.ErrNilContext
+		}
+		return out
+	}
 	return ChunkedBy(calls, sz, func(c core.Call) int { return len(c.Keys) + len(c.Args) }, func(calls []core.Call, out []core.CallResult) {
 		b.runChunk(ctx, calls, out)
 	})

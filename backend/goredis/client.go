@@ -1,9 +1,13 @@
 package goredis
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
+	"log/slog"
 	"net/url"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -50,6 +54,35 @@ type ClientOptions struct {
 	// the URL when TLS.ServerName is empty. nil keeps the system roots.
 	// Ignored for redis:// URLs.
 	TLS *tls.Config
+	// Logger receives go-redis's own log lines (such as "connection pool:
+	// failed to dial" while Redis is down), at level Debug: the limiter
+	// reports outages itself. nil means slog.Default(). go-redis has one
+	// logger per process, so the Logger of the client made last wins.
+	Logger *slog.Logger
+}
+
+// clientLog is where go-redis's process-wide logger writes (see
+// ClientOptions.Logger).
+var (
+	clientLog     atomic.Pointer[slog.Logger]
+	clientLogOnce sync.Once
+)
+
+// slogLogging is go-redis's logging interface over clientLog.
+type slogLogging struct{}
+
+func (slogLogging) Printf(ctx context.Context, format string, v ...any) {
+	l := clientLog.Load()
+	if l == nil {
+		l = slog.Default()
+	}
+	l.DebugContext(ctx, "go-redis: "+fmt.Sprintf(format, v...))
+}
+
+// routeClientLog sends go-redis's log lines to l (nil: slog.Default()).
+func routeClientLog(l *slog.Logger) {
+	clientLog.Store(l)
+	clientLogOnce.Do(func() { redis.SetLogger(slogLogging{}) })
 }
 
 // NewClient returns a client for a limiter on the redis:// or rediss:// URL
@@ -80,6 +113,7 @@ func NewClient(rawURL string, o ClientOptions) (redis.UniversalClient, error) {
 	if o.DialTimeout < 0 || o.ReadTimeout < 0 || o.WriteTimeout < 0 || o.PoolTimeout < 0 || o.PoolSize < 0 {
 		return nil, fmt.Errorf("goredis: negative client option in %+v", o)
 	}
+	routeClientLog(o.Logger)
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("goredis: redis URL: %w", redact.URLError(rawURL, err))

@@ -1,7 +1,12 @@
 package goredis_test
 
 import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -86,3 +91,47 @@ func TestURLErrorsHideSecrets(t *testing.T) {
 		}
 	}
 }
+
+// TestClientLogsThroughLogger: go-redis's own lines about a Redis that is
+// down ("failed to dial") go to ClientOptions.Logger at level Debug, not
+// to stderr.
+func TestClientLogsThroughLogger(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	var buf bytes.Buffer
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return buf.Write(p)
+	}), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	c, err := goredis.NewClient("redis://"+addr+"/0", goredis.ClientOptions{Logger: logger, PoolSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for range 3 {
+		c.Ping(context.Background())
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		mu.Lock()
+		out := buf.String()
+		mu.Unlock()
+		if strings.Contains(out, "level=DEBUG") && strings.Contains(out, "go-redis: ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no go-redis line reached the logger: %q", out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

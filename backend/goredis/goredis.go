@@ -35,7 +35,8 @@ var (
 
 // New returns a Store on c that coalesces concurrent Run calls with the
 // default StoreOptions. For the deadlines core.Store callers rely on, build c
-// with NewClient or with the same options.
+// with NewClient, or pass the application's own client to FromClient, which
+// checks its options.
 func New(c redis.UniversalClient) *Store {
 	return NewWithOptions(c, StoreOptions{})
 }

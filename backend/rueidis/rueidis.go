@@ -28,8 +28,13 @@ var (
 	_ core.Pipeliner = (*Store)(nil)
 )
 
-// New returns a Store on c. For the deadlines core.Store callers rely on, build
-// c with NewClient or with the same options.
+// New returns a Store on c: a client from NewClient or the application's
+// own (its pool shared with the rest of the service). Any rueidis client
+// keeps a limiter's deadline: rueidis bounds every call by its context, and
+// it never re-sends a script (holdfast's scripts are not made retryable, and
+// rueidis retries only read-only or retryable commands). What NewClient adds
+// is short dial and write timeouts, so that a dead Redis fails fast and a
+// connection whose reply is late is dropped (ConnWriteTimeout).
 func New(c rueidis.Client) *Store {
 	return &Store{c: c}
 }

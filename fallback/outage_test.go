@@ -57,11 +57,12 @@ func newStore(t *testing.T, backend, url string) core.Store {
 }
 
 // instances is N fallback Limiters, each with its own client, and the
-// breaker transitions each went through.
+// breaker transitions each went through, with when each happened.
 type instances struct {
 	lims []*fallback.Limiter
 	mu   sync.Mutex
 	seen [][]fallback.State
+	at   [][]time.Time // at[i][j]: when seen[i][j] happened
 }
 
 func startInstances(t *testing.T, backend, url string, n int, stateDir string) *instances {
@@ -77,19 +78,27 @@ func startInstances(t *testing.T, backend, url string, n int, stateDir string) *
 // through urls[i] (a proxy of its own, in the network fault tests).
 func startInstancesAt(t *testing.T, backend string, urls []string, stateDir string) *instances {
 	t.Helper()
+	return startInstancesWith(t, urls, stateDir, callTimeout, func(url string) core.Store { return newStore(t, backend, url) })
+}
+
+// startInstancesWith starts one instance per URL on the store store makes
+// for it, with call deadline timeout (0: the default).
+func startInstancesWith(t *testing.T, urls []string, stateDir string, timeout time.Duration, store func(url string) core.Store) *instances {
+	t.Helper()
 	n := len(urls)
-	in := &instances{seen: make([][]fallback.State, n)}
+	in := &instances{seen: make([][]fallback.State, n), at: make([][]time.Time, n)}
 	for i, url := range urls {
-		l, err := fallback.New(newStore(t, backend, url), fallback.Options{
+		l, err := fallback.New(store(url), fallback.Options{
 			ID:        fmt.Sprintf("app%d", i+1),
 			Heartbeat: 200 * time.Millisecond,
 			Breaker: fallback.BreakerOptions{
-				CallTimeout:   callTimeout,
+				CallTimeout:   timeout,
 				ProbeInterval: 200 * time.Millisecond,
 				Jitter:        50 * time.Millisecond,
 				OnStateChange: func(_, to fallback.State) {
 					in.mu.Lock()
 					in.seen[i] = append(in.seen[i], to)
+					in.at[i] = append(in.at[i], time.Now())
 					in.mu.Unlock()
 				},
 			},

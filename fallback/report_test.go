@@ -88,6 +88,13 @@ const reportTail = `Reading the table:
   unknown outcome; holdfast decides them locally and logs them, and the frozen Redis
   applies the buffered calls when it resumes, so some requests count twice. No decision
   waits past the call deadline (max ≈ 300 ms = the deadline used here).
+- Error-reply rows (OOM, READONLY, NOPERM, WRONGPASS, BUSY, MISCONF, LOADING) land at
+  1.00, as a kill does: Redis answers at once but refuses every write, the first refusal
+  opens a breaker, decisions go to leases, and the probe (the membership heartbeat, a
+  scripted write) keeps failing until the fault is lifted, so no breaker closes before.
+- The SIGSTOP row at the default 50 ms deadline (every other row uses 300 ms) checks the
+  deadline guard: the calls the frozen Redis runs when it resumes are past their
+  deadline in Redis time and are refused without writing, so they spend no quota.
 - Flapping pays a little at every switch; its assertion is 1.10.
 - Network faults on some links only (a partial partition; latency past the deadline
   on 2 of 4 links) land above 1.0: the instances still on Redis get its whole refill

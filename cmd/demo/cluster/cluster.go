@@ -3,7 +3,9 @@
 // nginx round-robin in front, all on free loopback ports in one temp dir;
 // drives a heavy client above its limit and a gentle one below it on a
 // token bucket route and a sliding window route through nginx; kills Redis
-// (SIGKILL) and restarts it on the same port and data; prints a
+// (SIGKILL) and restarts it on the same port and data (or, with --fault,
+// freezes it, runs it out of memory or makes it a read-only replica, and
+// lifts that); prints a
 // per-second table; writes a report (SVG chart, HTML page, Markdown table);
 // and checks the invariants of DESIGN.md, failing with their names when
 // one broke.
@@ -43,8 +45,15 @@ type Options struct {
 	// key.
 	RedisCluster bool
 	// Normal, Outage and After are the three phases: load with Redis up,
-	// Redis killed, load after Redis restarted.
+	// Redis under the fault (killed, by default), load after the fault is
+	// lifted (Redis restarted).
 	Normal, Outage, After time.Duration
+	// Fault is what the outage does to the redis-server: kill (SIGKILL,
+	// then a restart on the same port and AOF), stop (SIGSTOP, then
+	// SIGCONT), oom (maxmemory 1 with noeviction, then maxmemory 0) or
+	// readonly (REPLICAOF a port that never answers, then REPLICAOF NO
+	// ONE); "" means kill. With RedisCluster, only kill.
+	Fault string
 	// Out is the report directory; "" makes a new one under the temp dir.
 	Out string
 	// HeavyRate and GentleRate are the clients' requests per second on each
@@ -74,7 +83,12 @@ func FlagSet(out io.Writer) (*flag.FlagSet, *Options) {
 	fs.BoolVar(&o.RedisCluster, "redis-cluster", false,
 		"run a 3-master Redis Cluster (no replicas) instead of one redis-server, and kill only the master of tb heavy's key")
 	fs.DurationVar(&o.Normal, "normal", 10*time.Second, "load with Redis up before the kill")
-	fs.DurationVar(&o.Outage, "outage", 10*time.Second, "how long Redis stays down")
+	fs.DurationVar(&o.Outage, "outage", 10*time.Second, "how long Redis stays down (the fault lasts)")
+	fs.StringVar(&o.Fault, "fault", "kill", "what the outage does to redis-server: "+
+		"kill (SIGKILL, then restart on the same port and AOF), stop (SIGSTOP, then SIGCONT), "+
+		"oom (CONFIG SET maxmemory 1 with noeviction: writes answer OOM; then maxmemory 0), "+
+		"readonly (REPLICAOF a port that never answers: writes answer READONLY; then REPLICAOF NO ONE); "+
+		"with --redis-cluster only kill")
 	fs.DurationVar(&o.After, "after", 10*time.Second, "load after Redis is back")
 	fs.StringVar(&o.Out, "out", "", "report directory (default: a new holdfast-report-* directory in the temp dir)")
 	fs.Float64Var(&o.HeavyRate, "heavy-rate", 50, "requests per second of the heavy client on each route")
@@ -94,6 +108,10 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("cluster: --instances %d: want 1..64", o.Instances)
 	case o.Backend != "goredis" && o.Backend != "rueidis":
 		return fmt.Errorf("cluster: --backend %q: want goredis or rueidis", o.Backend)
+	case !validFault(o.Fault):
+		return fmt.Errorf("cluster: --fault %q: want %s", o.Fault, faultNames())
+	case o.RedisCluster && o.Fault != "" && o.Fault != "kill":
+		return fmt.Errorf("cluster: --fault %s: with --redis-cluster only kill", o.Fault)
 	case o.Normal <= 0 || o.Outage < 0 || o.After <= 0 || o.Normal+o.Outage+o.After > 10*time.Minute:
 		return errors.New("cluster: --normal and --after must be positive, --outage not negative, and the run at most 10m")
 	case o.HeavyRate <= 0 || o.HeavyRate > 1000 || o.GentleRate <= 0 || o.GentleRate > 1000:

@@ -115,6 +115,7 @@ type redisServer struct {
 	port     int
 	cluster  bool // a Redis Cluster node (clusterNodeArgs)
 	p        *proc
+	frozen   bool // SIGSTOPped by --fault stop, not yet resumed
 }
 
 func (r *redisServer) start(ctx context.Context) error {

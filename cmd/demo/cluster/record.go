@@ -104,6 +104,9 @@ func Total(xs []int) int {
 type Record struct {
 	// Backend is the Redis client the instances used.
 	Backend string
+	// Fault is what the outage did to Redis (--fault): kill, stop, oom or
+	// readonly; "" means kill.
+	Fault string
 	// Duration is how long the load ran.
 	Duration time.Duration
 	// Routes are the limited routes.
@@ -119,8 +122,9 @@ type Record struct {
 	Pending []int
 	// RedisDown marks the seconds Redis was down for at least part of.
 	RedisDown []bool
-	// KillAt and RestartAt are when Redis was killed and restarted; a
-	// negative value means it did not happen.
+	// KillAt and RestartAt are when the fault was applied to Redis and
+	// lifted (kill: when Redis was killed and restarted); a negative value
+	// means it did not happen.
 	KillAt, RestartAt time.Duration
 	// ReconciledAt is when an instance first reported a reconciliation after
 	// the restart; RecoveredAt when every breaker was closed again. Negative:

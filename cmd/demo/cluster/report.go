@@ -102,7 +102,7 @@ func (r *Record) outageMarks(c *chart) {
 		}
 		fmt.Fprintf(c.w, `<rect class="outage" x="%.1f" y="%.0f" width="%.1f" height="%.0f" fill="#f9d6d5" stroke="none"/>`+"\n",
 			c.x(kill), c.top, c.x(restart)-c.x(kill), c.h)
-		down := "Redis down (SIGKILL)"
+		down := r.fault().label
 		if r.Cluster != nil {
 			down = "tb heavy's master down (SIGKILL)"
 		}
@@ -135,8 +135,8 @@ func (r *Record) WriteSVG(w io.Writer) {
 	if r.Cluster != nil {
 		what = "one Redis Cluster master is"
 	}
-	fmt.Fprintf(w, `<text x="%d" y="24" font-size="16" font-weight="bold">holdfast: %d instances behind nginx share one limit while %s killed and restarted (%s)</text>`+"\n",
-		plotX, len(r.Instances), what, html.EscapeString(r.Backend))
+	fmt.Fprintf(w, `<text x="%d" y="24" font-size="16" font-weight="bold">holdfast: %d instances behind nginx share one limit while %s %s (%s)</text>`+"\n",
+		plotX, len(r.Instances), what, html.EscapeString(r.fault().title), html.EscapeString(r.Backend))
 	r.perSecondPanel(w, secs, heavy)
 	r.cumulativePanel(w, secs, heavy)
 	r.legend(w, heavy)
@@ -257,10 +257,10 @@ tr.down td { background: #fbe3e3; }
 .legend { color: #555; font-size: 13px; }
 </style></head><body>
 <h1>holdfast demo report</h1>
-<p>%d instances (%s backend) behind nginx; load for %v; Redis killed at %.1fs, restarted at %.1fs.</p>
+<p>%d instances (%s backend) behind nginx; load for %v; Redis %s at %.1fs, %s at %.1fs.</p>
 <h2>Invariants</h2>
 <ul>
-`, len(r.Instances), html.EscapeString(r.Backend), r.Duration, sec(r.KillAt), sec(r.RestartAt))
+`, len(r.Instances), html.EscapeString(r.Backend), r.Duration, html.EscapeString(r.fault().on), sec(r.KillAt), html.EscapeString(r.fault().off), sec(r.RestartAt))
 	for _, c := range checks {
 		class, verdict := "ok", "held"
 		if !c.OK {

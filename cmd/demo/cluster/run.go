@@ -185,6 +185,9 @@ func (c *cluster) stop() {
 		wg.Wait()
 		for _, r := range append([]*redisServer{c.redis}, c.nodes...) {
 			if r != nil && r.p != nil {
+				if r.frozen { // a run cut short during --fault stop
+					r.p.cmd.Process.Signal(syscall.SIGCONT)
+				}
 				wg.Go(func() { r.p.stop(syscall.SIGTERM, 3*time.Second) })
 			}
 		}
@@ -196,7 +199,7 @@ func (c *cluster) stop() {
 func (c *cluster) run(ctx context.Context, stderr io.Writer) (*Record, error) {
 	o := c.o
 	total := o.Normal + o.Outage + o.After
-	rec := &Record{Backend: o.Backend, Duration: total, Routes: demoRoutes(), Instances: c.ids, KillAt: -1, RestartAt: -1}
+	rec := &Record{Backend: o.Backend, Fault: o.Fault, Duration: total, Routes: demoRoutes(), Instances: c.ids, KillAt: -1, RestartAt: -1}
 	var clients []*client
 	down := &atomic.Bool{}
 	secs := rec.Seconds()
@@ -254,9 +257,10 @@ func (c *cluster) run(ctx context.Context, stderr io.Writer) (*Record, error) {
 	return rec, nil
 }
 
-// chaos kills Redis (with --redis-cluster, the master of victimKey) after
-// Normal and restarts it after Outage, recording when and setting down in
-// between. It returns once Redis is back (or ctx ended).
+// chaos applies the fault (--fault; kill by default) to Redis (with
+// --redis-cluster, to the master of victimKey) after Normal and lifts it
+// after Outage (kill: restarts it), recording when and setting down in
+// between. It returns once the fault is lifted (or ctx ended).
 func (c *cluster) chaos(ctx context.Context, start time.Time, rec *Record, pl *poller, prog *progress, down *atomic.Bool) error {
 	sleepUntil := func(d time.Duration) bool {
 		select {
@@ -276,28 +280,25 @@ func (c *cluster) chaos(ctx context.Context, start time.Time, rec *Record, pl *p
 		what = fmt.Sprintf("redis cluster master %s (slots %s, tb heavy's key)", m.Addr, m.SlotsString())
 	}
 	pl.markKilled(ctx)
-	pid := victim.p.pid()
-	victim.kill()
+	lift, event, err := c.faultOn(ctx, victim)
+	if err != nil {
+		return fmt.Errorf("cluster: --fault %s on %s: %w", rec.fault().name, what, err)
+	}
 	down.Store(true)
 	rec.KillAt = time.Since(start)
 	pl.markDown()
-	prog.event(fmt.Sprintf("%s killed (SIGKILL pid %d)", what, pid))
+	prog.event(what + " " + event)
 	if !sleepUntil(c.o.Normal + c.o.Outage) {
-		return nil
+		return nil // stop resumes a frozen server
 	}
-	var err error
-	for range 3 { // the port was free a moment ago; retry a refused start
-		if err = victim.start(ctx); err == nil {
-			break
-		}
-	}
+	event, err = lift()
 	if err != nil {
-		return fmt.Errorf("cluster: restart %s: %w", what, err)
+		return fmt.Errorf("cluster: lift --fault %s from %s: %w", rec.fault().name, what, err)
 	}
 	rec.RestartAt = time.Since(start)
 	down.Store(false)
 	pl.markRestarted(rec.RestartAt)
-	prog.event(fmt.Sprintf("%s restarted (pid %d, same port and AOF)", what, victim.p.pid()))
+	prog.event(what + " " + event)
 	return nil
 }
 

@@ -84,6 +84,9 @@ func (r *Record) legendText() string {
 	if r.Cluster != nil {
 		return tableLegend + clusterLegend
 	}
+	if f := r.fault(); f.name != "kill" {
+		return tableLegend + "; " + f.legend
+	}
 	return tableLegend
 }
 

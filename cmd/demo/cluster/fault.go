@@ -1,0 +1,186 @@
+package cluster
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// A fault is what the outage phase does to the redis-server (--fault): it
+// is applied after Normal and lifted after Outage.
+type fault struct {
+	// name is the flag's value.
+	name string
+	// label marks the outage on the chart: "Redis down (SIGKILL)".
+	label string
+	// title says in the chart's title what happens to Redis: "killed and
+	// restarted".
+	title string
+	// on and off name the two moments in the report: "killed", "restarted".
+	on, off string
+	// legend says what "DOWN" means in the table.
+	legend string
+}
+
+// faults are the --fault values, the default first.
+var faults = []fault{
+	{name: "kill", label: "Redis down (SIGKILL)", title: "killed and restarted", on: "killed", off: "restarted",
+		legend: "redis DOWN: redis-server killed (SIGKILL), until restarted on the same port and AOF"},
+	{name: "stop", label: "Redis frozen (SIGSTOP)", title: "frozen (SIGSTOP) and resumed", on: "frozen", off: "resumed",
+		legend: "redis DOWN: redis-server frozen (SIGSTOP: connections accepted, nothing answered), until SIGCONT"},
+	{name: "oom", label: "Redis out of memory (OOM)", title: "out of memory (maxmemory 1) and restored", on: "out of memory", off: "restored",
+		legend: "redis DOWN: maxmemory 1 with noeviction, every write refused with OOM, until maxmemory is restored"},
+	{name: "readonly", label: "Redis read-only (READONLY)", title: "made a read-only replica and promoted back", on: "made a replica", off: "promoted back",
+		legend: "redis DOWN: redis-server a replica of a dead master, every write refused with READONLY, until REPLICAOF NO ONE"},
+}
+
+// faultNames is the --fault values joined by "|".
+func faultNames() string {
+	var names []string
+	for _, f := range faults {
+		names = append(names, f.name)
+	}
+	return strings.Join(names, "|")
+}
+
+// faultNamed returns the fault called name ("" is the default, kill).
+func faultNamed(name string) (fault, bool) {
+	if name == "" {
+		return faults[0], true
+	}
+	for _, f := range faults {
+		if f.name == name {
+			return f, true
+		}
+	}
+	return fault{}, false
+}
+
+// validFault reports whether name is a --fault value.
+func validFault(name string) bool {
+	_, ok := faultNamed(name)
+	return ok
+}
+
+// fault returns the run's fault.
+func (r *Record) fault() fault {
+	f, _ := faultNamed(r.Fault)
+	return f
+}
+
+// faultOn applies o.Fault to victim and returns what lifts it, and the
+// progress lines for both moments (the lift's is known once it ran).
+func (c *cluster) faultOn(ctx context.Context, victim *redisServer) (lift func() (string, error), event string, err error) {
+	pid := victim.p.pid()
+	switch c.o.Fault {
+	case "stop":
+		if err := victim.p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			return nil, "", err
+		}
+		victim.frozen = true
+		return func() (string, error) {
+			victim.frozen = false
+			return fmt.Sprintf("resumed (SIGCONT pid %d)", pid), victim.p.cmd.Process.Signal(syscall.SIGCONT)
+		}, fmt.Sprintf("frozen (SIGSTOP pid %d)", pid), nil
+	case "oom":
+		if err := redisCommand(victim.addr(), "CONFIG", "SET", "maxmemory-policy", "noeviction", "maxmemory", "1"); err != nil {
+			return nil, "", err
+		}
+		return func() (string, error) {
+				return "memory restored (CONFIG SET maxmemory 0)", redisCommand(victim.addr(), "CONFIG", "SET", "maxmemory", "0")
+			},
+			fmt.Sprintf("out of memory (pid %d, CONFIG SET maxmemory 1, maxmemory-policy noeviction)", pid), nil
+	case "readonly":
+		dead, err := startDeadMaster()
+		if err != nil {
+			return nil, "", err
+		}
+		if err := redisCommand(victim.addr(), "REPLICAOF", "127.0.0.1", strconv.Itoa(dead.port)); err != nil {
+			dead.close()
+			return nil, "", err
+		}
+		return func() (string, error) {
+				defer dead.close()
+				return "promoted back (REPLICAOF NO ONE)", redisCommand(victim.addr(), "REPLICAOF", "NO", "ONE")
+			},
+			fmt.Sprintf("made a replica of 127.0.0.1:%d, a master that never answers (pid %d, REPLICAOF)", dead.port, pid), nil
+	}
+	victim.kill()
+	return func() (string, error) {
+		var err error
+		for range 3 { // the port was free a moment ago; retry a refused start
+			if err = victim.start(ctx); err == nil {
+				break
+			}
+		}
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("restarted (pid %d, same port and AOF)", victim.p.pid()), nil
+	}, fmt.Sprintf("killed (SIGKILL pid %d)", pid), nil
+}
+
+// deadMaster is a loopback port where every connection is accepted and
+// closed at once: a replica of it never syncs, so it keeps its data, and
+// no other server can take the port while it is held.
+type deadMaster struct {
+	l    net.Listener
+	port int
+	wg   sync.WaitGroup
+}
+
+func startDeadMaster() (*deadMaster, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	d := &deadMaster{l: l, port: l.Addr().(*net.TCPAddr).Port}
+	d.wg.Go(func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	})
+	return d, nil
+}
+
+func (d *deadMaster) close() {
+	d.l.Close()
+	d.wg.Wait()
+}
+
+// redisCommand sends one command to the Redis at addr over a new
+// connection and returns an error unless it answers +OK.
+func redisCommand(addr string, args ...string) error {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(2 * time.Second))
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := c.Write([]byte(b.String())); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if line = strings.TrimRight(line, "\r\n"); line != "+OK" {
+		return fmt.Errorf("%s: %s", strings.Join(args, " "), line)
+	}
+	return nil
+}

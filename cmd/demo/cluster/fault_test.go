@@ -1,0 +1,128 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/holdfast/holdfast/cmd/demo/internal/demotest"
+)
+
+// TestFaultFlag: --fault takes kill (the default), stop, oom and readonly;
+// anything else, and any fault but kill with --redis-cluster, is refused
+// naming the flag; the help lists the values.
+func TestFaultFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string // the parsed fault; "" when Validate must refuse
+	}{
+		{nil, "kill"},
+		{[]string{"--fault", "kill"}, "kill"},
+		{[]string{"--fault", "stop"}, "stop"},
+		{[]string{"--fault=oom"}, "oom"},
+		{[]string{"--fault", "readonly"}, "readonly"},
+		{[]string{"--fault", "kill", "--redis-cluster"}, "kill"},
+		{[]string{"--fault", "OOM"}, ""},
+		{[]string{"--fault", "busy"}, ""},
+		{[]string{"--fault", "oom", "--redis-cluster"}, ""},
+		{[]string{"--fault", "stop", "--redis-cluster"}, ""},
+	} {
+		fs, o := FlagSet(io.Discard)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		err := o.Validate()
+		switch {
+		case tc.want == "" && err == nil:
+			t.Errorf("%v: accepted (fault %q)", tc.args, o.Fault)
+		case tc.want == "" && !strings.Contains(err.Error(), "--fault"):
+			t.Errorf("%v: error %q does not name --fault", tc.args, err)
+		case tc.want != "" && err != nil:
+			t.Errorf("%v: %v", tc.args, err)
+		case tc.want != "" && o.Fault != tc.want:
+			t.Errorf("%v: fault %q, want %q", tc.args, o.Fault, tc.want)
+		}
+	}
+	var help bytes.Buffer
+	fs, _ := FlagSet(&help)
+	fs.PrintDefaults()
+	for _, want := range []string{"-fault string", "kill (SIGKILL", "stop (SIGSTOP", "oom (CONFIG SET maxmemory 1", "readonly (REPLICAOF", `(default "kill")`} {
+		if !strings.Contains(help.String(), want) {
+			t.Errorf("help lacks %q:\n%s", want, help.String())
+		}
+	}
+	// Each fault names its moments for the report and the table.
+	for _, f := range faults {
+		r := &Record{Fault: f.name}
+		if r.fault().name != f.name || f.label == "" || f.title == "" || f.on == "" || f.off == "" || f.legend == "" {
+			t.Errorf("fault %+v", f)
+		}
+	}
+	if (&Record{}).fault().name != "kill" {
+		t.Error(`a record with no fault is not a kill`)
+	}
+}
+
+// TestFaultOOMEndToEnd runs `cluster --fault oom` with short phases:
+// redis-server, four serve instances (the demo binary, built here) and
+// nginx; after 3 s Redis gets maxmemory 1 (every write answers OOM), 3 s
+// later it gets its memory back. The invariants hold as for a kill (no 5xx,
+// heavy clients within bound, gentle never rejected, every instance closed
+// with its log replayed), the instances decided locally while Redis refused
+// writes, and the report says what the fault was.
+func TestFaultOOMEndToEnd(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "holdfast-demo")
+	if out, err := exec.Command("go", "build", "-o", bin, "..").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	fs, o := FlagSet(io.Discard)
+	report := filepath.Join(dir, "report")
+	if err := fs.Parse([]string{"--fault", "oom", "--normal", "3s", "--outage", "3s", "--after", "4s", "--out", report}); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	o.Serve = []string{bin, "serve"}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	err := Run(ctx, *o, &stdout, &stderr)
+	out := stdout.String()
+	if err != nil {
+		t.Fatalf("cluster --fault oom: %v\nstdout:\n%s\nstderr:\n%s", err, out, stderr.String())
+	}
+	t.Logf("cluster output:\n%s", out)
+	t.Logf("progress:\n%s", stderr.String())
+
+	demotest.CheckShortRun(t, out)
+	for _, want := range []string{"ok   no errors: errors 0, of which 5xx 0",
+		"ok   instances recovered: app1 closed pending_log 0", "invariants held", "every write refused with OOM"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	for _, want := range []string{"redis-server out of memory (pid ", "redis-server memory restored (CONFIG SET maxmemory 0)"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("progress lacks %q", want)
+		}
+	}
+	// Leases decided while Redis refused writes: the table's local column
+	// is not zero in the outage, and its breakers opened.
+	if !strings.Contains(out, "OOOO") {
+		t.Errorf("no second with every breaker open:\n%s", out)
+	}
+	page, _ := os.ReadFile(filepath.Join(report, HTMLFile))
+	for _, want := range []string{"Redis out of memory at ", "restored at ", "Redis out of memory (OOM)"} {
+		if !strings.Contains(string(page), want) {
+			t.Errorf("report.html lacks %q", want)
+		}
+	}
+}

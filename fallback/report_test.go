@@ -84,10 +84,12 @@ const reportTail = `Reading the table:
   charged its marginal cost in one global bucket fed every replayed grant, sliding
   window grants go back with their original times, and all instances return to Redis
   together at the recovery barrier (docs/DESIGN.md).
-- SIGSTOP rows land near 0.9: calls that timed out after they were sent have an
-  unknown outcome; holdfast decides them locally and logs them, and the frozen Redis
-  applies the buffered calls when it resumes, so some requests count twice. No decision
-  waits past the call deadline (max ≈ 300 ms = the deadline used here).
+- SIGSTOP rows land at 1.00: a call that timed out after it was sent is decided
+  locally and logged, and when the frozen Redis resumes it refuses the buffered calls,
+  whose deadline (sent in Redis time) has passed, without writing (the deadline guard,
+  docs/errors.md). Before the guard these rows landed at 0.79–0.90: Redis applied the
+  buffered calls and those requests counted twice. No decision waits past the call
+  deadline (max ≈ 300 ms = the deadline used here).
 - Error-reply rows (OOM, READONLY, NOPERM, WRONGPASS, BUSY, MISCONF, LOADING) land at
   1.00, as a kill does: Redis answers at once but refuses every write, the first refusal
   opens a breaker, decisions go to leases, and the probe (the membership heartbeat, a

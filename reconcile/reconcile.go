@@ -1,13 +1,16 @@
 // Package reconcile folds the grants an instance made during a Redis outage
 // back into Redis, exactly once: one atomic script per key and batch, which
-// marks the batch applied (SET NX with a TTL) in the same call.
+// marks the batch applied (SET NX with a TTL) in the same call. The script
+// is the algorithm's own (core.Replayer, next to its decision script); this
+// package chooses the marker and merge-log keys and sends the calls. What
+// the two built-in algorithms do:
 //
 // Token bucket: the grants are replayed in time order against the stored
 // bucket (one integer, the instant its credit is zero: tokenbucket.State.
 // Empty), refilling between grants; the balance may become a debt of at most
 // one full bucket at the replay's Redis time. The result never leaves more
 // tokens than one global bucket fed the same grants would (see
-// ReplayTokenBucket and its property test), so an over-admitting outage is
+// tokenbucket.Replay and its property test), so an over-admitting outage is
 // paid back, never forgotten.
 //
 // Sliding window: each grant's units are added with their original
@@ -19,31 +22,13 @@
 package reconcile
 
 import (
-	"cmp"
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
-	"slices"
-	"strconv"
 	"sync"
 	"time"
 
-	"github.com/holdfast/holdfast/algorithms/slidingwindow"
-	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	"github.com/holdfast/holdfast/core"
-)
-
-var (
-	//go:embed tokenbucket.lua
-	tbSource string
-	//go:embed slidingwindow.lua
-	swSource string
-
-	// TokenBucketScript is the token bucket replay script.
-	TokenBucketScript = core.NewScript("reconcile_token_bucket", tbSource, nil)
-	// SlidingWindowScript is the sliding window replay script.
-	SlidingWindowScript = core.NewScript("reconcile_sliding_window", swSource, nil)
 )
 
 // ErrUnknownAlgorithm reports a batch whose policy has no replay script.
@@ -165,87 +150,19 @@ func check(b *core.Batch, reply []int64, err error) error {
 	return nil
 }
 
-// call builds the script call that replays batch b.
+// call builds the script call that replays batch b: its algorithm's
+// (core.Replayer), with the marker and merge-log keys of this package.
 func (r *Reconciler) call(b *core.Batch) (core.Call, error) {
 	p := b.Policy
 	if !p.Valid() {
 		return core.Call{}, core.Errorf(core.ErrInvalidPolicy, "batch %s has a zero policy", b.ID)
 	}
-	ttl := strconv.FormatInt(r.o.MarkerTTL.Milliseconds(), 10)
-	i64 := func(v int64) string { return strconv.FormatInt(v, 10) }
-	keys := []string{b.Key, MarkerKey(b.Key, b.ID)}
-	switch p.Algorithm().Name() {
-	case tokenbucket.Name:
-		args := make([]string, 0, 6+2*len(b.Grants))
-		args = append(args, i64(p.Limit()), i64(p.Interval().Microseconds()), ttl, i64(b.Seed.Value), i64(b.Seed.At),
-			i64(r.o.MergeWindow.Milliseconds()))
-		for _, g := range b.Grants {
-			args = append(args, i64(g.At), i64(g.Cost))
-		}
-		return core.Call{Script: TokenBucketScript, Keys: append(keys, MergeKey(b.Key)), Args: args}, nil
-	case slidingwindow.Name:
-		args := make([]string, 0, 5+3*len(b.Grants))
-		// The seed's member prefix only when there are seed units: every
-		// distinct argument is a new string for the script's Lua heap.
-		prefix := ""
-		if b.Seed.Value > 0 && b.Seed.At > 0 {
-			prefix = "seed:" + b.ID + ":"
-		}
-		args = append(args, i64(p.Interval().Microseconds()), ttl, i64(b.Seed.Value), i64(b.Seed.At), prefix)
-		for _, g := range b.Grants {
-			args = append(args, i64(g.At), i64(g.Cost), g.ID)
-		}
-		return core.Call{Script: SlidingWindowScript, Keys: keys, Args: args}, nil
+	rp, ok := p.Algorithm().(core.Replayer)
+	if !ok {
+		return core.Call{}, fmt.Errorf("%w %q (batch %s)", ErrUnknownAlgorithm, p.Algorithm().Name(), b.ID)
 	}
-	return core.Call{}, fmt.Errorf("%w %q (batch %s)", ErrUnknownAlgorithm, p.Algorithm().Name(), b.ID)
-}
-
-// MergeLog is the Go model of a recovery's merge log: the bucket as it stood
-// when the first batch arrived (its tokenbucket.State.Empty), and every grant
-// replayed since.
-type MergeLog struct {
-	Started bool
-	Base    int64
-	Grants  []core.Grant
-}
-
-// ReplayTokenBucket is the Go model of tokenbucket.lua's replay, for tests
-// and reasoning: it charges batch grants to the bucket whose Empty is cur
-// (ok false when the key is missing; seed used then) of capacity c and
-// interval t, with the recovery's merge log m, at store time now, and
-// returns the new bucket's Empty.
-func ReplayTokenBucket(cur int64, ok bool, seed core.Seed, m *MergeLog, c, t, now int64, grants []core.Grant) int64 {
-	full := c * t
-	switch {
-	case ok:
-	case seed.At > 0:
-		cur = seed.At - seed.Value
-	default:
-		cur = -full // full at any time since the epoch
-	}
-	if !m.Started {
-		m.Started, m.Base = true, cur
-	}
-	prev := slices.Clone(m.Grants)
-	m.Grants = append(m.Grants, grants...)
-	all := slices.Clone(m.Grants)
-	byTime := func(a, b core.Grant) int { return cmp.Compare(a.At, b.At) }
-	slices.SortStableFunc(prev, byTime)
-	slices.SortStableFunc(all, byTime)
-	// run feeds grants in time order to the base bucket: at each grant it
-	// holds min(full, At − e), and the grant spends its cost.
-	run := func(gs []core.Grant) int64 {
-		e := m.Base
-		for _, g := range gs {
-			e = max(e, g.At-full) + g.Cost*t
-		}
-		return e
-	}
-	x := now
-	if len(all) > 0 {
-		x = all[len(all)-1].At
-		withAll, without := run(all), run(prev)
-		cur = max(cur, x-full) + withAll - max(without, x-full)
-	}
-	return min(cur, max(now, x)+full)
+	return rp.ReplayCall(b, core.ReplayOptions{
+		MarkerKey: MarkerKey(b.Key, b.ID), MarkerTTL: r.o.MarkerTTL,
+		MergeKey: MergeKey(b.Key), MergeWindow: r.o.MergeWindow,
+	}), nil
 }

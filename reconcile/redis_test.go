@@ -92,7 +92,7 @@ func TestCrashMidReconcileCountsOnce(t *testing.T) {
 	}
 }
 
-// TestScriptMatchesModel: the replay script on Redis and ReplayTokenBucket
+// TestScriptMatchesModel: the replay script on Redis and tokenbucket.Replay
 // agree on the stored bucket, with a stored state, with a seed, and with
 // nothing.
 func TestScriptMatchesModel(t *testing.T) {
@@ -132,8 +132,8 @@ func TestScriptMatchesModel(t *testing.T) {
 		after := redisNow(t, srv)
 		// The script bounds the debt at its own Redis time, between before
 		// and after: the model at both brackets it.
-		lo := reconcile.ReplayTokenBucket(st, tc.stored != nil, tc.seed, &reconcile.MergeLog{}, 10, 250_000, before, grants)
-		hi := reconcile.ReplayTokenBucket(st, tc.stored != nil, tc.seed, &reconcile.MergeLog{}, 10, 250_000, after, grants)
+		lo := tokenbucket.Replay(st, tc.stored != nil, tc.seed, &tokenbucket.MergeLog{}, 10, 250_000, before, grants)
+		hi := tokenbucket.Replay(st, tc.stored != nil, tc.seed, &tokenbucket.MergeLog{}, 10, 250_000, after, grants)
 		got := bucket(t, srv, key)
 		if got < lo || got > hi {
 			t.Errorf("case %d: Redis %d, model %d..%d", i, got, lo, hi)
@@ -156,7 +156,7 @@ func TestScriptMergesInstances(t *testing.T) {
 	key := core.StorageKey("hf:", "tb", "merge")
 	start := tokenbucket.State{Credit: 2 * 100_000, Last: now - 3_000_000}
 	srv.Do(t, "SET", key, fmt.Sprint(start.Empty()))
-	var m reconcile.MergeLog
+	var m tokenbucket.MergeLog
 	want := start.Empty()
 	r := reconcile.New(reconcile.Options{})
 	for i := range 3 {
@@ -171,7 +171,7 @@ func TestScriptMergesInstances(t *testing.T) {
 		}
 		// No debt reaches a bucket here, so the replay's own time does not
 		// matter to the model.
-		want = reconcile.ReplayTokenBucket(want, true, core.Seed{}, &m, 10, 100_000, now, grants)
+		want = tokenbucket.Replay(want, true, core.Seed{}, &m, 10, 100_000, now, grants)
 		if got := bucket(t, srv, key); got != want {
 			t.Fatalf("after instance %d: Redis %d, model %d", i, got, want)
 		}
@@ -203,8 +203,8 @@ func TestScriptReadsLegacyMergeLog(t *testing.T) {
 	if errs := reconcile.New(reconcile.Options{}).Reconcile(context.Background(), store, []core.Batch{b}); errs[0] != nil {
 		t.Fatal(errs[0])
 	}
-	m := reconcile.MergeLog{Started: true, Base: base.Empty(), Grants: []core.Grant{logged}}
-	want := reconcile.ReplayTokenBucket(base.Empty()+4*100_000, true, core.Seed{}, &m, 10, 100_000, now, grants)
+	m := tokenbucket.MergeLog{Started: true, Base: base.Empty(), Grants: []core.Grant{logged}}
+	want := tokenbucket.Replay(base.Empty()+4*100_000, true, core.Seed{}, &m, 10, 100_000, now, grants)
 	if got := bucket(t, srv, key); got != want {
 		t.Fatalf("Redis %d, model %d", got, want)
 	}

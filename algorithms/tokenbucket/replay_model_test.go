@@ -1,4 +1,4 @@
-package reconcile_test
+package tokenbucket_test
 
 import (
 	"fmt"
@@ -9,7 +9,6 @@ import (
 
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	"github.com/holdfast/holdfast/core"
-	"github.com/holdfast/holdfast/reconcile"
 )
 
 // globalBucket is the reference: one exact bucket fed every grant of every
@@ -73,9 +72,9 @@ func TestReplayIsOneGlobalBucket(t *testing.T) {
 		// The replays run after the outage: Redis time is past every grant.
 		now := 1_000_000 + 50*tt + rapid.Int64Range(0, 10*tt).Draw(rt, "replay_delay")
 		e := start.Empty()
-		var m reconcile.MergeLog
+		var m tokenbucket.MergeLog
 		for _, i := range order {
-			e = reconcile.ReplayTokenBucket(e, true, core.Seed{}, &m, c, tt, now, logs[i])
+			e = tokenbucket.Replay(e, true, core.Seed{}, &m, c, tt, now, logs[i])
 		}
 		model, low := globalBucket(start, c, tt, all)
 		end := max(now, model.Last)
@@ -111,13 +110,13 @@ func TestReplaySeedsAMissingKey(t *testing.T) {
 	const c, tt = 10, 1000
 	seed := core.Seed{Value: 2 * tt, At: 5000} // 2 tokens left at 5 ms
 	grants := []core.Grant{{ID: "a", Cost: 1, At: 5000}, {ID: "b", Cost: 1, At: 6000}}
-	e := reconcile.ReplayTokenBucket(0, false, seed, &reconcile.MergeLog{}, c, tt, 6000, grants)
+	e := tokenbucket.Replay(0, false, seed, &tokenbucket.MergeLog{}, c, tt, 6000, grants)
 	// 2 tokens, -1 at 5 ms, +1 refilled by 6 ms, -1: one token left.
 	if st := tokenbucket.FromEmpty(e, 6000, c*tt); st.Credit != 1*tt {
 		t.Fatalf("state %+v, want 1 token at 6000", st)
 	}
 	// Without a seed the key is a full bucket at the first grant.
-	e = reconcile.ReplayTokenBucket(0, false, core.Seed{}, &reconcile.MergeLog{}, c, tt, 6000, grants)
+	e = tokenbucket.Replay(0, false, core.Seed{}, &tokenbucket.MergeLog{}, c, tt, 6000, grants)
 	if st := tokenbucket.FromEmpty(e, 6000, c*tt); st.Credit != 9*tt {
 		t.Fatalf("unseeded state %+v, want 9 tokens", st)
 	}
@@ -131,13 +130,13 @@ func TestReplayDebtIsBounded(t *testing.T) {
 		grants = append(grants, core.Grant{ID: fmt.Sprint(i), Cost: 1, At: 1000})
 	}
 	start := tokenbucket.State{Credit: 0, Last: 1000}
-	e := reconcile.ReplayTokenBucket(start.Empty(), true, core.Seed{}, &reconcile.MergeLog{}, 10, 100, 1000, grants)
+	e := tokenbucket.Replay(start.Empty(), true, core.Seed{}, &tokenbucket.MergeLog{}, 10, 100, 1000, grants)
 	if st := tokenbucket.FromEmpty(e, 1000, 10*100); st.Credit != -10*100 {
 		t.Fatalf("credit %d, want -1000 (one bucket of debt)", st.Credit)
 	}
 	// The debt is bounded at the replay's own time: replayed 500 µs later,
 	// the bucket owes one bucket then, not one bucket at the grants' time.
-	e = reconcile.ReplayTokenBucket(start.Empty(), true, core.Seed{}, &reconcile.MergeLog{}, 10, 100, 1500, grants)
+	e = tokenbucket.Replay(start.Empty(), true, core.Seed{}, &tokenbucket.MergeLog{}, 10, 100, 1500, grants)
 	if st := tokenbucket.FromEmpty(e, 1500, 10*100); st.Credit != -10*100 {
 		t.Fatalf("credit %d at 1500, want -1000 (one bucket of debt)", st.Credit)
 	}

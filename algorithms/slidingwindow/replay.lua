@@ -18,7 +18,7 @@
 --
 -- Reply: {1, units added} when applied; {0, 0} when the batch was applied
 --        before.
--- The marker is checked first and set last (see tokenbucket.lua).
+-- The marker is checked first and set last (see the token bucket's replay.lua).
 --
 -- Every writer of a window key (this script and slidingwindow.lua) leaves
 -- its TTL covering its newest member: the key lives until that member

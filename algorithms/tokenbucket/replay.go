@@ -1,0 +1,116 @@
+package tokenbucket
+
+import (
+	"cmp"
+	_ "embed"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/holdfast/holdfast/core"
+)
+
+//go:embed replay.lua
+var replaySource string
+
+// ReplayScript is the token bucket's replay: it charges an outage batch its
+// marginal cost in one global bucket fed every grant replayed in the same
+// recovery (replay.lua; Replay is its Go model).
+var ReplayScript = core.NewScript("reconcile_token_bucket", replaySource, nil)
+
+var (
+	_ core.Replayer = algorithm{}
+	_ core.Quotaer  = algorithm{}
+)
+
+// ReplayCall returns the replay.lua call for batch b: KEYS the bucket, the
+// marker and the merge log; ARGV the policy, the marker TTL, the seed, the
+// merge window and the grants as (time, cost) pairs.
+func (algorithm) ReplayCall(b *core.Batch, o core.ReplayOptions) core.Call {
+	p := b.Policy
+	i64 := func(v int64) string { return strconv.FormatInt(v, 10) }
+	args := make([]string, 0, 6+2*len(b.Grants))
+	args = append(args, i64(p.Limit()), i64(p.Interval().Microseconds()), i64(o.MarkerTTL.Milliseconds()),
+		i64(b.Seed.Value), i64(b.Seed.At), i64(o.MergeWindow.Milliseconds()))
+	for _, g := range b.Grants {
+		args = append(args, i64(g.At), i64(g.Cost))
+	}
+	return core.Call{Script: ReplayScript, Keys: []string{b.Key, o.MarkerKey, o.MergeKey}, Args: args}
+}
+
+// Coalesces is true: a grant charged later finds less refill, so merging a
+// key's grants at the latest of their times never counts them less.
+func (algorithm) Coalesces() bool { return true }
+
+// Outdated is false: a token bucket grant always counts (as a debt at
+// worst).
+func (algorithm) Outdated(core.Policy, int64, int64) bool { return false }
+
+// Quota is the capacity over the time to refill it.
+func (algorithm) Quota(p core.Policy) (int64, time.Duration) {
+	// Capacity × interval stays below MaxCredit µs (about 35 years), far
+	// from overflowing a Duration.
+	return p.Limit(), time.Duration(p.Limit()) * p.Interval()
+}
+
+// Bound is capacity + rate × d, from the start and over any span alike.
+func (algorithm) Bound(p core.Policy, d time.Duration) (ideal, most float64) {
+	b := float64(p.Limit()) + Rate(p)*d.Seconds()
+	return b, b
+}
+
+// Describe returns e.g. "token bucket 20 + 5/s".
+func (algorithm) Describe(p core.Policy) string {
+	return fmt.Sprintf("token bucket %d + %s/s", p.Limit(), strconv.FormatFloat(Rate(p), 'f', -1, 64))
+}
+
+// MergeLog is the Go model of a recovery's merge log: the bucket as it stood
+// when the first batch arrived (its State.Empty), and every grant replayed
+// since.
+type MergeLog struct {
+	Started bool
+	Base    int64
+	Grants  []core.Grant
+}
+
+// Replay is the Go model of replay.lua, for tests and reasoning: it charges
+// batch grants to the bucket whose Empty is cur (ok false when the key is
+// missing; seed used then) of capacity c and interval t, with the
+// recovery's merge log m, at store time now, and returns the new bucket's
+// Empty.
+func Replay(cur int64, ok bool, seed core.Seed, m *MergeLog, c, t, now int64, grants []core.Grant) int64 {
+	full := c * t
+	switch {
+	case ok:
+	case seed.At > 0:
+		cur = seed.At - seed.Value
+	default:
+		cur = -full // full at any time since the epoch
+	}
+	if !m.Started {
+		m.Started, m.Base = true, cur
+	}
+	prev := slices.Clone(m.Grants)
+	m.Grants = append(m.Grants, grants...)
+	all := slices.Clone(m.Grants)
+	byTime := func(a, b core.Grant) int { return cmp.Compare(a.At, b.At) }
+	slices.SortStableFunc(prev, byTime)
+	slices.SortStableFunc(all, byTime)
+	// run feeds grants in time order to the base bucket: at each grant it
+	// holds min(full, At − e), and the grant spends its cost.
+	run := func(gs []core.Grant) int64 {
+		e := m.Base
+		for _, g := range gs {
+			e = max(e, g.At-full) + g.Cost*t
+		}
+		return e
+	}
+	x := now
+	if len(all) > 0 {
+		x = all[len(all)-1].At
+		withAll, without := run(all), run(prev)
+		cur = max(cur, x-full) + withAll - max(without, x-full)
+	}
+	return min(cur, max(now, x)+full)
+}

@@ -1,14 +1,18 @@
 // Package config loads the policies of a holdfast service from YAML:
 //
 //	prefix: "hf:"            # optional storage key prefix ("" means core.DefaultPrefix)
-//	trust_proxy: false       # optional: ip keys read X-Forwarded-For / X-Real-IP
+//	client_ip:               # optional: how ip keys find and group client addresses
+//	  trusted_proxies: 1     #   proxies in front that append to the header (default 0: the peer address)
+//	  header: x-forwarded-for  # or forwarded (RFC 7239)
+//	  ipv6_prefix: 64        #   IPv6 clients per key (default 64)
+//	  ipv4_prefix: 32        #   IPv4 clients per key (default 32)
 //	policies:
 //	  - name: tb
-//	    path: /api/tb
+//	    path: /api/tb         # optional: the route, for services the config routes
 //	    algorithm: token_bucket
 //	    capacity: 20
 //	    refill_per_second: 5
-//	    key: header:X-Client-ID
+//	    key: header:X-Client-ID  # optional: header:NAME | cookie:NAME | query:NAME | ip
 //	    outage: leases        # optional: leases (default) | fail_closed | fail_open
 //	  - name: sw
 //	    path: /api/sw
@@ -24,11 +28,12 @@
 // (by name, or by position when it has none) and the field; errors about the
 // policy numbers wrap core.ErrInvalidPolicy.
 //
-// A policy's key source (KeySource) finds each request's client key. Keys
-// come from clients, so Extract passes them through SafeKey: a key longer
-// than MaxVerbatimKeyLen bytes, or with bytes outside printable ASCII, is replaced by
-// "sha256:" and its hex SHA-256. A client cannot blow up memory, Redis or
-// logs with its key, and still gets a bucket of its own.
+// path and key are optional so that a service that routes itself (with
+// chi, gorilla/mux or its own code) and finds keys its own way (a token's
+// subject, a path parameter) can keep only its limits here; a service that
+// routes by the config, such as holdfast-demo serve, requires both.
+// Policy.Rule is a policy's httplimit.Rule. The top-level trust_proxy: true
+// of earlier versions still means client_ip's trusted_proxies: 1.
 package config
 
 import (
@@ -38,6 +43,7 @@ import (
 
 	"github.com/holdfast/holdfast/core"
 	"github.com/holdfast/holdfast/fallback"
+	"github.com/holdfast/holdfast/httplimit"
 )
 
 // MaxSize is the largest config Load accepts, in bytes.
@@ -56,20 +62,35 @@ type Config struct {
 	Policies []Policy
 }
 
-// Policy is one limited route: a validated policy, where it applies, how a
+// Policy is one limit: a validated policy, where it applies, how a
 // request's client key is found and what the policy does while Redis is
 // down.
 type Policy struct {
 	// Name is the policy's name, equal to Policy.Name().
 	Name string
-	// Path is the route the policy limits, an http.ServeMux pattern.
+	// Path is the route the policy limits, an http.ServeMux pattern; ""
+	// when the service routes the policy itself.
 	Path string
 	// Policy is the validated limit.
 	Policy core.Policy
-	// Key says where a request's client key comes from.
+	// Key says where a request's client key comes from; the zero
+	// KeySource when the service finds keys itself.
 	Key KeySource
 	// Outage is the policy's behaviour while Redis is unavailable.
 	Outage fallback.OutageMode
+}
+
+// Rule returns p as an httplimit.Rule: its policy, its key source's
+// KeyFunc (nil when p has none: set Rule.Key before httplimit.New) and the
+// Outage that decides a store error the limiter returns: FailClosed for
+// fail_closed, FailOpen for leases and fail_open (only a fallback.Limiter
+// can lease, and it decides store failures itself).
+func (p Policy) Rule() httplimit.Rule {
+	r := httplimit.Rule{Policy: p.Policy, Key: p.Key.KeyFunc()}
+	if p.Outage == fallback.FailClosed {
+		r.Outage = httplimit.FailClosed
+	}
+	return r
 }
 
 // LoadFile is Load of the file at path.
@@ -102,8 +123,8 @@ func (c *Config) Registry() core.Policies {
 }
 
 // Validate checks a Config as Load does: at least one policy, each valid,
-// with a good path and key source, and no name or path used twice. Load
-// calls it; it is for configs built in code.
+// with a good path and key source if it has them, and no name or path used
+// twice. Load calls it; it is for configs built in code.
 func (c *Config) Validate() error {
 	if len(c.Prefix) > MaxPrefixLen || !printable(c.Prefix) || strings.ContainsAny(c.Prefix, "{} ") {
 		return &FieldError{Index: -1, Field: "prefix", Msg: fmt.Sprintf("want at most %d bytes of printable ASCII without spaces or braces, got %s", MaxPrefixLen, show(c.Prefix))}
@@ -122,21 +143,25 @@ func (c *Config) Validate() error {
 			return &FieldError{Policy: p.Name, Index: i, Msg: "zero core.Policy", Err: core.ErrInvalidPolicy}
 		case p.Name != p.Policy.Name():
 			return fe("name", "%s differs from the policy's name %s", show(p.Name), show(p.Policy.Name()))
-		case !p.Key.valid():
-			return fe("key", "zero KeySource")
+		case p.Key.kind == ipKey && checkIP(p.Key.IP) != "":
+			return fe("key", "client_ip: %s", checkIP(p.Key.IP))
 		case p.Outage < fallback.Leases || p.Outage > fallback.FailOpen:
 			return fe("outage", "unknown mode %d", int(p.Outage))
-		}
-		if msg := checkPath(p.Path); msg != "" {
-			return fe("path", "%s", msg)
 		}
 		if j, dup := names[p.Name]; dup {
 			return fe("name", "%s is already the name of policy #%d", show(p.Name), j+1)
 		}
+		names[p.Name] = i
+		if p.Path == "" {
+			continue
+		}
+		if msg := checkPath(p.Path); msg != "" {
+			return fe("path", "%s", msg)
+		}
 		if j, dup := paths[p.Path]; dup {
 			return fe("path", "%s is already the path of policy %s", show(p.Path), show(c.Policies[j].Name))
 		}
-		names[p.Name], paths[p.Path] = i, i
+		paths[p.Path] = i
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	"github.com/holdfast/holdfast/core"
 	"github.com/holdfast/holdfast/fallback"
+	"github.com/holdfast/holdfast/httplimit"
 )
 
 func TestLoadFile(t *testing.T) {
@@ -39,7 +41,7 @@ func TestLoadFile(t *testing.T) {
 		{"sw limit", sw.Policy.Limit(), int64(20)},
 		{"sw window", sw.Policy.Interval(), 2 * time.Second},
 		{"sw key", sw.Key.String(), "ip"},
-		{"sw trust proxy", sw.Key.TrustProxy, false},
+		{"sw ip options", sw.Key.IP, httplimit.IPOptions{}},
 		{"sw outage", sw.Outage, fallback.Leases},
 		{"outage modes", len(c.OutageModes()), 2},
 		{"registry", c.Registry()["sw"], sw.Policy},
@@ -68,8 +70,8 @@ policies:
 	if modes["login"] != fallback.FailClosed || modes["feed"] != fallback.FailOpen {
 		t.Errorf("outage modes %v", modes)
 	}
-	if !c.Policies[0].Key.TrustProxy || c.Policies[0].Policy.Interval() != 2*time.Second {
-		t.Errorf("login: trust proxy %v, interval %v", c.Policies[0].Key.TrustProxy, c.Policies[0].Policy.Interval())
+	if c.Policies[0].Key.IP != (httplimit.IPOptions{TrustedProxies: 1}) || c.Policies[0].Policy.Interval() != 2*time.Second {
+		t.Errorf("login: ip options %+v, interval %v", c.Policies[0].Key.IP, c.Policies[0].Policy.Interval())
 	}
 	if c.Policies[1].Key.Header() != "X-Api-Key" {
 		t.Errorf("feed header %q", c.Policies[1].Key.Header())
@@ -140,7 +142,7 @@ func TestLoadRejects(t *testing.T) {
 		{"empty input", "", []string{"policies: empty config"}, false},
 		{"two documents", policies(tbPolicy) + "---\n" + policies(swPolicy), []string{"more than one YAML document"}, false},
 		{"not YAML", "policies: [\n", []string{"config: line 1:"}, false},
-		{"top level a list", "- 1\n", []string{"want a mapping of prefix, trust_proxy and policies"}, false},
+		{"top level a list", "- 1\n", []string{"want a mapping of prefix, client_ip and policies"}, false},
 		{"prefix a list", "prefix: [a]\n" + policies(tbPolicy), []string{"prefix: want a string"}, false},
 		{"prefix with brace", "prefix: \"a{\"\n" + policies(tbPolicy), []string{"prefix: want at most 64 bytes", `"a{"`}, false},
 		{"prefix with control byte", "prefix: \"a\\tb\"\n" + policies(tbPolicy), []string{"prefix:"}, false},
@@ -151,14 +153,26 @@ func TestLoadRejects(t *testing.T) {
 		{"empty name", policies(tb("name", `name: ""`)), []string{"policy #1", "name: required"}, false},
 		{"bad name", policies(tb("name", "name: a:b")), []string{`policy "a:b"`, "name:", "not allowed"}, true},
 		{"name a list", policies(tb("name", "name: [a]")), []string{"policy #1", "name: want a single value"}, false},
-		{"missing path", policies(tb("path", "")), []string{`policy "tb"`, "path: required"}, false},
+		{"empty path", policies(tb("path", `path: ""`)), []string{`policy "tb"`, "path: empty; leave the field out"}, false},
 		{"path without slash", policies(tb("path", "path: api/tb")), []string{`policy "tb"`, "path: must start with '/'"}, false},
 		{"path with wildcard", policies(tb("path", "path: /api/{id}")), []string{`policy "tb"`, "path: byte '{' not allowed"}, false},
 		{"path with space", policies(tb("path", `path: "/a b"`)), []string{`policy "tb"`, "path: byte ' ' not allowed"}, false},
 		{"missing algorithm", policies(tb("algorithm", "")), []string{`policy "tb"`, "algorithm: required"}, false},
 		{"unknown algorithm", policies(tb("algorithm", "algorithm: leaky_bucket")), []string{`policy "tb"`, `algorithm: unknown algorithm "leaky_bucket"`}, true},
-		{"missing key", policies(tb("key", "")), []string{`policy "tb"`, "key: required"}, false},
-		{"bad key source", policies(tb("key", "key: cookie:id")), []string{`policy "tb"`, `key: key source "cookie:id": want header:NAME or ip`}, false},
+		{"empty key", policies(tb("key", `key: ""`)), []string{`policy "tb"`, "key: empty; leave the field out"}, false},
+		{"bad key source", policies(tb("key", "key: body:id")), []string{`policy "tb"`, `key: key source "body:id": want header:NAME, cookie:NAME, query:NAME or ip`}, false},
+		{"bad cookie name", policies(tb("key", "key: cookie:a;b")), []string{`policy "tb"`, "key:", "cookie name must be a non-empty token"}, false},
+		{"bad query name", policies(tb("key", "key: query:a&b")), []string{`policy "tb"`, "key:", "query parameter name"}, false},
+		{"client_ip a list", "client_ip: [1]\n" + policies(tbPolicy), []string{"client_ip: want a mapping"}, false},
+		{"client_ip unknown field", "client_ip: {depth: 1}\n" + policies(tbPolicy), []string{`client_ip: unknown field "depth"`}, false},
+		{"client_ip field twice", "client_ip: {ipv6_prefix: 64, ipv6_prefix: 56}\n" + policies(tbPolicy), []string{"client_ip: ipv6_prefix: given twice"}, false},
+		{"negative trusted_proxies", "client_ip: {trusted_proxies: -1}\n" + policies(tbPolicy), []string{"client_ip: trusted_proxies: want an integer from 0 to 2147483647, got \"-1\""}, false},
+		{"trusted_proxies not a number", "client_ip: {trusted_proxies: two}\n" + policies(tbPolicy), []string{"client_ip: trusted_proxies: want an integer", `got "two"`}, false},
+		{"ipv6_prefix 0", "client_ip: {ipv6_prefix: 0}\n" + policies(tbPolicy), []string{`client_ip: ipv6_prefix: want an integer from 1 to 128, got "0"`}, false},
+		{"ipv6_prefix 129", "client_ip: {ipv6_prefix: 129}\n" + policies(tbPolicy), []string{"client_ip: ipv6_prefix: want an integer from 1 to 128"}, false},
+		{"ipv4_prefix 33", "client_ip: {ipv4_prefix: 33}\n" + policies(tbPolicy), []string{"client_ip: ipv4_prefix: want an integer from 1 to 32"}, false},
+		{"unknown proxy header", "client_ip: {header: x-real-ip}\n" + policies(tbPolicy), []string{`client_ip: header: want x-forwarded-for or forwarded, got "x-real-ip"`}, false},
+		{"trust_proxy and trusted_proxies", "trust_proxy: true\nclient_ip: {trusted_proxies: 2}\n" + policies(tbPolicy), []string{"trust_proxy: give client_ip's trusted_proxies instead, not both"}, false},
 		{"empty header name", policies(tb("key", "key: 'header:'")), []string{`policy "tb"`, "key:", "non-empty token"}, false},
 		{"bad header name", policies(tb("key", "key: header:X Client")), []string{`policy "tb"`, "key:", "non-empty token"}, false},
 		{"bad outage mode", policies(tb("", "outage: sometimes")), []string{`policy "tb"`, `outage: unknown mode "sometimes"`}, false},
@@ -228,6 +242,60 @@ func TestLoadRejects(t *testing.T) {
 	}
 }
 
+// TestLoadWithoutRoutes: a service that routes itself keeps only its limits
+// in the config; path and key may be left out.
+func TestLoadWithoutRoutes(t *testing.T) {
+	c, err := Load(strings.NewReader(`
+policies:
+  - {name: burst, algorithm: token_bucket, capacity: 10, refill_per_second: 10}
+  - {name: daily, algorithm: sliding_window, limit: 1000, window: 24h, outage: fail_closed}
+  - {name: search, path: /search, algorithm: sliding_window, limit: 5, window: 1s, key: "query:api_key"}
+  - {name: other, path: /other, algorithm: sliding_window, limit: 5, window: 1s, key: "cookie:session"}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]string, 0, len(c.Policies))
+	for _, p := range c.Policies {
+		got = append(got, p.Name+" "+p.Path+" "+p.Key.String()+" "+fmt.Sprint(p.Key.IsZero()))
+	}
+	want := []string{"burst   true", "daily   true", "search /search query:api_key false", "other /other cookie:session false"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	if r := c.Policies[0].Rule(); r.Key != nil || r.Policy != c.Policies[0].Policy || r.Outage != httplimit.FailOpen {
+		t.Errorf("burst: rule %+v, want no key and fail open", r)
+	}
+	if r := c.Policies[1].Rule(); r.Outage != httplimit.FailClosed {
+		t.Errorf("daily: rule outage %v, want fail_closed", r.Outage)
+	}
+}
+
+func TestClientIPBlock(t *testing.T) {
+	tests := []struct {
+		src  string
+		want httplimit.IPOptions
+	}{
+		{"", httplimit.IPOptions{}},
+		{"client_ip:\n", httplimit.IPOptions{}},
+		{"trust_proxy: true\n", httplimit.IPOptions{TrustedProxies: 1}},
+		{"trust_proxy: false\n", httplimit.IPOptions{}},
+		{"client_ip: {trusted_proxies: 2, header: Forwarded, ipv6_prefix: 56, ipv4_prefix: 24}\n", httplimit.IPOptions{TrustedProxies: 2, Forwarded: true, IPv6Prefix: 56, IPv4Prefix: 24}},
+		{"client_ip: {header: x-forwarded-for, ipv6_prefix: 128}\n", httplimit.IPOptions{IPv6Prefix: 128}},
+	}
+	for _, tt := range tests {
+		c, err := Load(strings.NewReader(tt.src + policies(tbPolicy, swPolicy)))
+		if err != nil {
+			t.Errorf("%q: %v", tt.src, err)
+			continue
+		}
+		// Only the ip key takes the options.
+		if c.Policies[1].Key.IP != tt.want || c.Policies[0].Key.IP != (httplimit.IPOptions{}) {
+			t.Errorf("%q: ip options %+v (header key %+v), want %+v", tt.src, c.Policies[1].Key.IP, c.Policies[0].Key.IP, tt.want)
+		}
+	}
+}
+
 func TestLoadEdges(t *testing.T) {
 	// The largest token bucket core accepts: capacity 1e9 at one token a
 	// second is 1e15 µs of credit, under tokenbucket.MaxCredit.
@@ -266,7 +334,9 @@ func TestValidate(t *testing.T) {
 		{"no policies", Config{}, "config: policies: empty"},
 		{"zero policy", Config{Policies: []Policy{{Name: "x", Path: "/x", Key: key}}}, `config: policy "x": zero core.Policy`},
 		{"name differs", Config{Policies: []Policy{{Name: "x", Path: "/x", Policy: p, Key: key}}}, `config: policy "x": name: "x" differs`},
-		{"zero key", Config{Policies: []Policy{{Name: "tb", Path: "/x", Policy: p}}}, `config: policy "tb": key: zero KeySource`},
+		{"no key, no path", Config{Policies: []Policy{{Name: "tb", Policy: p}}}, ""},
+		{"bad path", Config{Policies: []Policy{{Name: "tb", Path: "x", Policy: p}}}, `config: policy "tb": path: must start with '/'`},
+		{"bad ip options", Config{Policies: []Policy{{Name: "tb", Policy: p, Key: KeySource{kind: ipKey, IP: httplimit.IPOptions{IPv6Prefix: 200}}}}}, `config: policy "tb": key: client_ip: ipv6_prefix: want 1 to 128, got 200`},
 		{"bad outage", Config{Policies: []Policy{{Name: "tb", Path: "/x", Policy: p, Key: key, Outage: 7}}}, `config: policy "tb": outage: unknown mode 7`},
 		{"bad prefix", Config{Prefix: "a}", Policies: []Policy{good}}, "config: prefix:"},
 	}

@@ -1,156 +1,113 @@
 package config
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"errors"
 	"fmt"
-	"net"
 	"net/http"
-	"net/netip"
-	"net/textproto"
 	"strings"
+
+	"github.com/holdfast/holdfast/httplimit"
 )
 
-// MaxVerbatimKeyLen is the longest client key passed on unchanged, in bytes. See
-// SafeKey.
-const MaxVerbatimKeyLen = 128
-
-// HashPrefix starts every key that SafeKey replaced by its hash.
-const HashPrefix = "sha256:"
-
 // KeySource says where a request's client key comes from: a request header
-// ("header:X-Client-ID") or the client's IP address ("ip"). The zero
-// KeySource is invalid; build one with ParseKeySource.
+// ("header:X-Client-ID"), a cookie ("cookie:session"), a URL query
+// parameter ("query:api_key") or the client's IP address ("ip"). The zero
+// KeySource names no source: the code that routes the policy supplies its
+// own httplimit.KeyFunc. Build one with ParseKeySource.
 type KeySource struct {
-	name   string // the header name as configured, for messages
-	header string // its canonical form; "" for an ip source
-	ip     bool
-	// TrustProxy makes an ip source take the client address from the
-	// request's X-Forwarded-For (its last address: the one the proxy in
-	// front of this service saw) or, without it, X-Real-IP, instead of the
-	// connection's peer. Set it only behind a proxy that sets or appends
-	// X-Forwarded-For: otherwise every client can choose its own key. The
-	// config field is the top-level trust_proxy.
-	TrustProxy bool
+	kind keyKind
+	name string // the header, cookie or parameter name as configured
+	// IP is how an ip source finds and groups the client's address: the
+	// config's top-level client_ip block. Other sources ignore it.
+	IP httplimit.IPOptions
 }
 
-// ParseKeySource parses "header:NAME", where NAME is a header field name
-// (an RFC 9110 token), or "ip".
+type keyKind uint8
+
+const (
+	noKey keyKind = iota
+	headerKey
+	cookieKey
+	queryKey
+	ipKey
+)
+
+// keyPrefixes are the NAME-taking sources' prefixes, by kind.
+var keyPrefixes = [...]string{headerKey: "header:", cookieKey: "cookie:", queryKey: "query:"}
+
+// ParseKeySource parses "header:NAME" or "cookie:NAME", where NAME is an
+// RFC 9110 token, "query:NAME", where NAME is printable ASCII without
+// spaces or any of "#&=%", or "ip".
 func ParseKeySource(s string) (KeySource, error) {
 	if s == "ip" {
-		return KeySource{ip: true}, nil
+		return KeySource{kind: ipKey}, nil
 	}
-	name, ok := strings.CutPrefix(s, "header:")
-	if !ok {
-		return KeySource{}, fmt.Errorf("config: key source %s: want header:NAME or ip", show(s))
+	for kind := headerKey; kind <= queryKey; kind++ {
+		name, ok := strings.CutPrefix(s, keyPrefixes[kind])
+		if !ok {
+			continue
+		}
+		switch {
+		case kind == queryKey && (name == "" || !printable(name) || strings.ContainsAny(name, " #&=%")):
+			return KeySource{}, fmt.Errorf("config: key source %s: query parameter name must be non-empty printable ASCII without spaces or #&=%%", show(s))
+		case kind != queryKey && !isToken(name):
+			return KeySource{}, fmt.Errorf("config: key source %s: %sname must be a non-empty token (letters, digits, !#$%%&'*+-.^_`|~)", show(s), strings.TrimSuffix(keyPrefixes[kind], ":")+" ")
+		}
+		return KeySource{kind: kind, name: name}, nil
 	}
-	if !isToken(name) {
-		return KeySource{}, fmt.Errorf("config: key source %s: header name must be a non-empty token (letters, digits, !#$%%&'*+-.^_`|~)", show(s))
-	}
-	return KeySource{name: name, header: http.CanonicalHeaderKey(name)}, nil
+	return KeySource{}, fmt.Errorf("config: key source %s: want header:NAME, cookie:NAME, query:NAME or ip", show(s))
 }
 
-// String returns the source as ParseKeySource reads it.
+// String returns the source as ParseKeySource reads it, or "" for the zero
+// KeySource.
 func (k KeySource) String() string {
-	switch {
-	case k.header != "":
-		return "header:" + k.name
-	case k.ip:
+	switch k.kind {
+	case ipKey:
 		return "ip"
+	case noKey:
+		return ""
 	}
-	return "invalid-key-source"
+	return keyPrefixes[k.kind] + k.name
 }
+
+// IsZero reports whether k names no source.
+func (k KeySource) IsZero() bool { return k.kind == noKey }
 
 // Header returns the canonical name of a header source's header, or "".
-func (k KeySource) Header() string { return k.header }
-
-func (k KeySource) valid() bool { return k.header != "" || k.ip }
-
-// A KeyError reports a request that carries no usable client key: a client
-// error (HTTP 400). Reason is safe to show to the client.
-type KeyError struct {
-	Reason string
+func (k KeySource) Header() string {
+	if k.kind != headerKey {
+		return ""
+	}
+	return http.CanonicalHeaderKey(k.name)
 }
 
-// Error returns "config: " + Reason.
-func (e *KeyError) Error() string { return "config: " + e.Reason }
+// KeyFunc returns the key function of k: httplimit.Header, Cookie, Query
+// or ClientIP(k.IP); nil for the zero KeySource. It panics if k.IP is out
+// of range, which Validate reports.
+func (k KeySource) KeyFunc() httplimit.KeyFunc {
+	switch k.kind {
+	case headerKey:
+		return httplimit.Header(k.name)
+	case cookieKey:
+		return httplimit.Cookie(k.name)
+	case queryKey:
+		return httplimit.Query(k.name)
+	case ipKey:
+		return httplimit.ClientIP(k.IP)
+	}
+	return nil
+}
 
-// Extract returns r's client key, made safe by SafeKey. A missing or empty
-// header, or a proxy header that holds no IP address, is a *KeyError; any
-// other error is the server's fault (a zero KeySource, a peer address that
-// is not an IP address).
-func (k KeySource) Extract(r *http.Request) (string, error) {
+// checkIP returns what is wrong with ip options, or "".
+func checkIP(o httplimit.IPOptions) string {
 	switch {
-	case k.header != "":
-		v := textproto.TrimString(r.Header.Get(k.header))
-		if v == "" {
-			return "", &KeyError{Reason: "missing header " + k.name}
-		}
-		return SafeKey(v), nil
-	case k.ip:
-		addr, err := k.clientAddr(r)
-		if err != nil {
-			return "", err
-		}
-		return SafeKey(addr.String()), nil
+	case o.TrustedProxies < 0:
+		return fmt.Sprintf("trusted_proxies: want 0 or more, got %d", o.TrustedProxies)
+	case o.IPv6Prefix < 0 || o.IPv6Prefix > 128:
+		return fmt.Sprintf("ipv6_prefix: want 1 to 128, got %d", o.IPv6Prefix)
+	case o.IPv4Prefix < 0 || o.IPv4Prefix > 32:
+		return fmt.Sprintf("ipv4_prefix: want 1 to 32, got %d", o.IPv4Prefix)
 	}
-	return "", errors.New("config: zero KeySource: build it with ParseKeySource")
-}
-
-// clientAddr returns the client's IP address.
-func (k KeySource) clientAddr(r *http.Request) (netip.Addr, error) {
-	if k.TrustProxy {
-		if xff := r.Header.Values("X-Forwarded-For"); len(xff) > 0 {
-			last := xff[len(xff)-1]
-			if i := strings.LastIndexByte(last, ','); i >= 0 {
-				last = last[i+1:]
-			}
-			if a, ok := parseAddr(last); ok {
-				return a, nil
-			}
-			return netip.Addr{}, &KeyError{Reason: "X-Forwarded-For does not end with an IP address"}
-		}
-		if v := r.Header.Get("X-Real-Ip"); v != "" {
-			if a, ok := parseAddr(v); ok {
-				return a, nil
-			}
-			return netip.Addr{}, &KeyError{Reason: "X-Real-IP is not an IP address"}
-		}
-	}
-	if a, ok := parseAddr(r.RemoteAddr); ok {
-		return a, nil
-	}
-	return netip.Addr{}, fmt.Errorf("config: peer address %s is not an IP address", show(r.RemoteAddr))
-}
-
-// parseAddr parses an IP address, with or without a port, dropping an IPv6
-// zone and unmapping IPv4-mapped IPv6 addresses, so one client has one key.
-func parseAddr(s string) (netip.Addr, bool) {
-	s = textproto.TrimString(s)
-	if host, _, err := net.SplitHostPort(s); err == nil {
-		s = host
-	}
-	a, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(s, "["), "]"))
-	if err != nil {
-		return netip.Addr{}, false
-	}
-	return a.Unmap().WithZone(""), true
-}
-
-// SafeKey returns key itself when it is at most MaxVerbatimKeyLen bytes of printable
-// ASCII (0x20-0x7E) and does not start with HashPrefix; otherwise HashPrefix
-// followed by the hex SHA-256 of key (71 bytes). A client chooses its key,
-// so this bounds what one key costs in memory, in Redis and in logs, and
-// keeps control bytes and invalid UTF-8 out of both; a hashed key still
-// identifies its client. Keys that start with HashPrefix are hashed too, so
-// no client can name another's hashed key.
-func SafeKey(key string) string {
-	if len(key) <= MaxVerbatimKeyLen && !strings.HasPrefix(key, HashPrefix) && printable(key) {
-		return key
-	}
-	sum := sha256.Sum256([]byte(key))
-	return HashPrefix + hex.EncodeToString(sum[:])
+	return ""
 }
 
 func printable(s string) bool {

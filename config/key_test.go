@@ -1,12 +1,10 @@
 package config
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"errors"
 	"net/http/httptest"
-	"strings"
 	"testing"
+
+	"github.com/holdfast/holdfast/httplimit"
 )
 
 func TestParseKeySource(t *testing.T) {
@@ -16,6 +14,9 @@ func TestParseKeySource(t *testing.T) {
 	}{
 		{"header:X-Client-ID", "header:X-Client-ID", "X-Client-Id", true},
 		{"header:x-api-key", "header:x-api-key", "X-Api-Key", true},
+		{"cookie:session", "cookie:session", "", true},
+		{"query:api_key", "query:api_key", "", true},
+		{"query:user[id]", "query:user[id]", "", true},
 		{"ip", "ip", "", true},
 		{"", "", "", false},
 		{"IP", "", "", false},
@@ -23,7 +24,13 @@ func TestParseKeySource(t *testing.T) {
 		{"header:X Client", "", "", false},
 		{"header:a:b", "", "", false},
 		{"header:é", "", "", false},
-		{"cookie:session", "", "", false},
+		{"cookie:", "", "", false},
+		{"cookie:a=b", "", "", false},
+		{"query:", "", "", false},
+		{"query:a b", "", "", false},
+		{"query:a&b", "", "", false},
+		{"query:a%20", "", "", false},
+		{"body:id", "", "", false},
 	}
 	for _, tt := range tests {
 		k, err := ParseKeySource(tt.in)
@@ -31,76 +38,37 @@ func TestParseKeySource(t *testing.T) {
 			t.Errorf("ParseKeySource(%q) error %v, want ok %v", tt.in, err, tt.ok)
 			continue
 		}
-		if tt.ok && (k.String() != tt.str || k.Header() != tt.header) {
-			t.Errorf("ParseKeySource(%q) = %s (header %q), want %s (%q)", tt.in, k, k.Header(), tt.str, tt.header)
+		if tt.ok && (k.String() != tt.str || k.Header() != tt.header || k.IsZero()) {
+			t.Errorf("ParseKeySource(%q) = %s (header %q, zero %v), want %s (%q)", tt.in, k, k.Header(), k.IsZero(), tt.str, tt.header)
 		}
+	}
+	if k := (KeySource{}); !k.IsZero() || k.String() != "" || k.KeyFunc() != nil {
+		t.Errorf("zero KeySource: zero %v, %q, func %v", k.IsZero(), k, k.KeyFunc() != nil)
 	}
 }
 
-func hashed(s string) string {
-	sum := sha256.Sum256([]byte(s))
-	return HashPrefix + hex.EncodeToString(sum[:])
-}
-
-func TestExtract(t *testing.T) {
-	hdr, _ := ParseKeySource("header:X-Client-ID")
-	ip, _ := ParseKeySource("ip")
-	proxied := ip
-	proxied.TrustProxy = true
-	long := strings.Repeat("k", MaxVerbatimKeyLen)
-	tests := []struct {
-		name   string
-		src    KeySource
-		remote string
-		header map[string][]string
-		want   string
-		err    string // substring of the error; "" for none
-		keyErr bool   // the error is a *KeyError (the client's fault)
-	}{
-		{"header", hdr, "", map[string][]string{"X-Client-Id": {"client-42"}}, "client-42", "", false},
-		{"header first value", hdr, "", map[string][]string{"X-Client-Id": {"a", "b"}}, "a", "", false},
-		{"header trimmed", hdr, "", map[string][]string{"X-Client-Id": {"  a b \t"}}, "a b", "", false},
-		{"header missing", hdr, "", nil, "", "missing header X-Client-ID", true},
-		{"header empty", hdr, "", map[string][]string{"X-Client-Id": {""}}, "", "missing header X-Client-ID", true},
-		{"header blank", hdr, "", map[string][]string{"X-Client-Id": {" \t "}}, "", "missing header X-Client-ID", true},
-		{"key of MaxVerbatimKeyLen bytes", hdr, "", map[string][]string{"X-Client-Id": {long}}, long, "", false},
-		{"key over MaxVerbatimKeyLen hashed", hdr, "", map[string][]string{"X-Client-Id": {long + "k"}}, hashed(long + "k"), "", false},
-		{"control byte hashed", hdr, "", map[string][]string{"X-Client-Id": {"a\x00b"}}, hashed("a\x00b"), "", false},
-		{"non-ASCII hashed", hdr, "", map[string][]string{"X-Client-Id": {"clé"}}, hashed("clé"), "", false},
-		{"hash prefix hashed", hdr, "", map[string][]string{"X-Client-Id": {"sha256:00"}}, hashed("sha256:00"), "", false},
-
-		{"ip", ip, "192.0.2.1:1234", nil, "192.0.2.1", "", false},
-		{"ipv6", ip, "[2001:db8::1]:80", nil, "2001:db8::1", "", false},
-		{"ipv4-mapped", ip, "[::ffff:192.0.2.1]:80", nil, "192.0.2.1", "", false},
-		{"zone dropped", ip, "[fe80::1%eth0]:80", nil, "fe80::1", "", false},
-		{"proxy headers ignored", ip, "192.0.2.1:1", map[string][]string{"X-Forwarded-For": {"203.0.113.9"}, "X-Real-Ip": {"203.0.113.8"}}, "192.0.2.1", "", false},
-		{"bad peer address", ip, "@", nil, "", "peer address", false},
-		{"forwarded: last address", proxied, "10.0.0.1:1", map[string][]string{"X-Forwarded-For": {"203.0.113.9, 198.51.100.2"}}, "198.51.100.2", "", false},
-		{"forwarded: last field", proxied, "10.0.0.1:1", map[string][]string{"X-Forwarded-For": {"203.0.113.9", "198.51.100.3"}}, "198.51.100.3", "", false},
-		{"forwarded: with port", proxied, "10.0.0.1:1", map[string][]string{"X-Forwarded-For": {"[2001:db8::2]:443"}}, "2001:db8::2", "", false},
-		{"forwarded: not an address", proxied, "10.0.0.1:1", map[string][]string{"X-Forwarded-For": {"1.2.3.4, unknown"}}, "", "X-Forwarded-For", true},
-		{"real ip", proxied, "10.0.0.1:1", map[string][]string{"X-Real-Ip": {"198.51.100.4"}}, "198.51.100.4", "", false},
-		{"real ip not an address", proxied, "10.0.0.1:1", map[string][]string{"X-Real-Ip": {"me"}}, "", "X-Real-IP", true},
-		{"no proxy headers", proxied, "10.0.0.1:1", nil, "10.0.0.1", "", false},
-
-		{"zero source", KeySource{}, "", nil, "", "zero KeySource", false},
+// TestKeyFunc: each source's KeyFunc reads what it names; an ip source
+// applies its options.
+func TestKeyFunc(t *testing.T) {
+	r := httptest.NewRequest("GET", "/?api_key=q-1", nil)
+	r.RemoteAddr = "10.0.0.2:5000"
+	r.Header.Set("X-Client-ID", "h-1")
+	r.Header.Set("Cookie", "session=c-1")
+	r.Header.Set("X-Forwarded-For", "6.6.6.6, 2001:db8:1:2::9")
+	proxied, _ := ParseKeySource("ip")
+	proxied.IP = httplimit.IPOptions{TrustedProxies: 1, IPv6Prefix: 48}
+	for src, want := range map[string]string{
+		"header:X-Client-ID": "h-1",
+		"cookie:session":     "c-1",
+		"query:api_key":      "q-1",
+		"ip":                 "10.0.0.2",
+	} {
+		k, _ := ParseKeySource(src)
+		if got, err := k.KeyFunc()(r); err != nil || got != want {
+			t.Errorf("%s: %q, %v; want %q", src, got, err, want)
+		}
 	}
-	for _, tt := range tests {
-		r := httptest.NewRequest("GET", "/", nil)
-		r.RemoteAddr = tt.remote
-		for k, v := range tt.header {
-			r.Header[k] = v
-		}
-		got, err := tt.src.Extract(r)
-		if tt.err == "" {
-			if err != nil || got != tt.want {
-				t.Errorf("%s: Extract = %q, %v; want %q", tt.name, got, err, tt.want)
-			}
-			continue
-		}
-		var ke *KeyError
-		if err == nil || !strings.Contains(err.Error(), tt.err) || errors.As(err, &ke) != tt.keyErr {
-			t.Errorf("%s: Extract = %q, %v; want an error with %q (KeyError %v)", tt.name, got, err, tt.err, tt.keyErr)
-		}
+	if got, err := proxied.KeyFunc()(r); err != nil || got != "2001:db8:1::/48" {
+		t.Errorf("ip behind a proxy: %q, %v; want 2001:db8:1::/48", got, err)
 	}
 }

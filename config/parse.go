@@ -16,14 +16,17 @@ import (
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	"github.com/holdfast/holdfast/core"
 	"github.com/holdfast/holdfast/fallback"
+	"github.com/holdfast/holdfast/httplimit"
 )
 
 // document is the top level of a config file. Policies stay YAML nodes:
 // they are read field by field so every error can name its policy.
 type document struct {
-	Prefix     string
-	TrustProxy bool
-	Policies   []*yaml.Node
+	Prefix   string
+	IP       httplimit.IPOptions // client_ip, with trust_proxy
+	Policies []*yaml.Node
+
+	trustedProxies bool // client_ip's trusted_proxies was given
 }
 
 // fields maps each policy field to the algorithm it belongs to; "" means
@@ -50,7 +53,7 @@ func Load(r io.Reader) (*Config, error) {
 	}
 	c := &Config{Prefix: doc.Prefix}
 	for i := range doc.Policies {
-		p, err := parsePolicy(i, doc.Policies[i], doc.TrustProxy)
+		p, err := parsePolicy(i, doc.Policies[i], doc.IP)
 		if err != nil {
 			return nil, err
 		}
@@ -94,7 +97,7 @@ func decode(src []byte) (doc document, err error) {
 		return doc, &FieldError{Index: -1, Field: "policies", Msg: "empty config, want at least one policy"}
 	}
 	if n.Kind != yaml.MappingNode {
-		return doc, errors.New("config: want a mapping of prefix, trust_proxy and policies at the top level")
+		return doc, errors.New("config: want a mapping of prefix, client_ip and policies at the top level")
 	}
 	return doc, doc.read(n)
 }
@@ -122,9 +125,17 @@ func (doc *document) read(n *yaml.Node) error {
 			if !isNull(v) {
 				doc.Prefix = v.Value
 			}
-		case "trust_proxy":
-			if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!bool" || v.Decode(&doc.TrustProxy) != nil {
+		case "trust_proxy": // before client_ip: trusted_proxies 1
+			var trust bool
+			if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!bool" || v.Decode(&trust) != nil {
 				return top("trust_proxy", "want true or false, got %s", show(v.Value))
+			}
+			if trust {
+				doc.IP.TrustedProxies = 1
+			}
+		case "client_ip":
+			if err := doc.readIP(v); err != nil {
+				return err
 			}
 		case "policies":
 			switch {
@@ -134,7 +145,63 @@ func (doc *document) read(n *yaml.Node) error {
 				return top("policies", "want a list of policies")
 			}
 		default:
-			return top("", "unknown top-level field %s (want prefix, trust_proxy or policies)", show(k.Value))
+			return top("", "unknown top-level field %s (want prefix, client_ip or policies)", show(k.Value))
+		}
+	}
+	if seen["trust_proxy"] && doc.trustedProxies {
+		return top("trust_proxy", "give client_ip's trusted_proxies instead, not both")
+	}
+	return nil
+}
+
+// readIP reads the client_ip mapping n.
+func (doc *document) readIP(n *yaml.Node) error {
+	bad := func(field, format string, args ...any) error {
+		if field != "" {
+			field = ": " + field
+		}
+		return &FieldError{Index: -1, Field: "client_ip" + field, Msg: fmt.Sprintf(format, args...)}
+	}
+	if isNull(n) {
+		return nil
+	}
+	if n.Kind != yaml.MappingNode {
+		return bad("", "want a mapping of trusted_proxies, header, ipv6_prefix and ipv4_prefix")
+	}
+	seen := map[string]bool{}
+	for j := 0; j+1 < len(n.Content); j += 2 {
+		k, v := deref(n.Content[j]), deref(n.Content[j+1])
+		if k == nil || v == nil || k.Kind != yaml.ScalarNode {
+			return bad("", "field names must be plain strings")
+		}
+		if seen[k.Value] {
+			return bad(k.Value, "given twice")
+		}
+		seen[k.Value] = true
+		var dst *int
+		lo, hi := 1, 0
+		switch k.Value {
+		case "header":
+			switch strings.ToLower(v.Value) {
+			case "x-forwarded-for":
+			case "forwarded":
+				doc.IP.Forwarded = true
+			default:
+				return bad("header", "want x-forwarded-for or forwarded, got %s", show(v.Value))
+			}
+			continue
+		case "trusted_proxies":
+			dst, lo, hi = &doc.IP.TrustedProxies, 0, math.MaxInt32
+			doc.trustedProxies = true
+		case "ipv6_prefix":
+			dst, hi = &doc.IP.IPv6Prefix, 128
+		case "ipv4_prefix":
+			dst, hi = &doc.IP.IPv4Prefix, 32
+		default:
+			return bad("", "unknown field %s (want trusted_proxies, header, ipv6_prefix or ipv4_prefix)", show(k.Value))
+		}
+		if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!int" || v.Decode(dst) != nil || *dst < lo || *dst > hi {
+			return bad(k.Value, "want an integer from %d to %d, got %s", lo, hi, show(v.Value))
 		}
 	}
 	return nil
@@ -159,7 +226,7 @@ func (pf *policyFields) errorf(field string, cause error, format string, args ..
 }
 
 // parsePolicy reads policy i from its YAML mapping.
-func parsePolicy(i int, n *yaml.Node, trustProxy bool) (Policy, error) {
+func parsePolicy(i int, n *yaml.Node, ip httplimit.IPOptions) (Policy, error) {
 	pf := &policyFields{i: i, nodes: map[string]*yaml.Node{}}
 	n = deref(n)
 	if n == nil || n.Kind != yaml.MappingNode {
@@ -195,23 +262,20 @@ func parsePolicy(i int, n *yaml.Node, trustProxy bool) (Policy, error) {
 		}
 		return Policy{}, problem
 	}
-	return pf.build(trustProxy)
+	p, err := pf.build()
+	if err != nil {
+		return Policy{}, err
+	}
+	return p, pf.route(&p, ip)
 }
 
 // build checks the fields and builds the policy with its algorithm's
 // constructor.
-func (pf *policyFields) build(trustProxy bool) (Policy, error) {
+func (pf *policyFields) build() (Policy, error) {
 	if _, err := slidingwindow.Policy(pf.name, 1, time.Second); err != nil {
 		return Policy{}, pf.errorf("name", err, "%s", pf.cause(err))
 	}
 	p := Policy{Name: pf.name}
-	var err error
-	if p.Path, err = pf.str("path", true); err != nil {
-		return Policy{}, err
-	}
-	if msg := checkPath(p.Path); msg != "" {
-		return Policy{}, pf.errorf("path", nil, "%s", msg)
-	}
 	alg, err := pf.str("algorithm", true)
 	if err != nil {
 		return Policy{}, err
@@ -234,22 +298,39 @@ func (pf *policyFields) build(trustProxy bool) (Policy, error) {
 	if err != nil {
 		return Policy{}, err
 	}
-	key, err := pf.str("key", true)
+	return p, nil
+}
+
+// route reads the optional path, key and outage fields into p; ip is the
+// client_ip block, for an ip key.
+func (pf *policyFields) route(p *Policy, ip httplimit.IPOptions) error {
+	var err error
+	if p.Path, err = pf.optional("path"); err != nil {
+		return err
+	}
+	if msg := checkPath(p.Path); p.Path != "" && msg != "" {
+		return pf.errorf("path", nil, "%s", msg)
+	}
+	key, err := pf.optional("key")
 	if err != nil {
-		return Policy{}, err
+		return err
 	}
-	if p.Key, err = ParseKeySource(key); err != nil {
-		return Policy{}, pf.errorf("key", err, "%s", strings.TrimPrefix(err.Error(), "config: "))
+	if key != "" {
+		if p.Key, err = ParseKeySource(key); err != nil {
+			return pf.errorf("key", err, "%s", strings.TrimPrefix(err.Error(), "config: "))
+		}
+		if p.Key.kind == ipKey {
+			p.Key.IP = ip
+		}
 	}
-	p.Key.TrustProxy = trustProxy
 	outage, err := pf.str("outage", false)
 	if err != nil {
-		return Policy{}, err
+		return err
 	}
 	if p.Outage, err = fallback.ParseOutageMode(outage); err != nil {
-		return Policy{}, pf.errorf("outage", err, "unknown mode %s (want leases, fail_closed or fail_open)", show(outage))
+		return pf.errorf("outage", err, "unknown mode %s (want leases, fail_closed or fail_open)", show(outage))
 	}
-	return p, nil
+	return nil
 }
 
 func (pf *policyFields) tokenBucket() (core.Policy, error) {
@@ -312,6 +393,15 @@ func (pf *policyFields) scalar(field string, required bool) (*yaml.Node, error) 
 		return nil, pf.errorf(field, nil, "want a single value, got a list or mapping")
 	}
 	return n, nil
+}
+
+// optional reads a string field that may be left out, but not given empty.
+func (pf *policyFields) optional(field string) (string, error) {
+	v, err := pf.str(field, false)
+	if err == nil && v == "" && pf.nodes[field] != nil && !isNull(pf.nodes[field]) {
+		return "", pf.errorf(field, nil, "empty; leave the field out when the service supplies it")
+	}
+	return v, err
 }
 
 func (pf *policyFields) str(field string, required bool) (string, error) {

@@ -2,6 +2,7 @@ package httplimit
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strconv"
 	"time"
@@ -12,8 +13,8 @@ import (
 // internalError is the whole body of a 500: nothing about the cause.
 const internalError = "internal error"
 
-// Body is the JSON body of a decision: the 429 that New writes, and the 200
-// that AllowedJSON writes.
+// Body is the JSON body of a decision: the 429 that New writes by default,
+// and the 200 that AllowedJSON writes.
 type Body struct {
 	// Allowed reports whether the request was admitted.
 	Allowed bool `json:"allowed"`
@@ -46,9 +47,9 @@ func AllowedJSON(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, Body{Allowed: true, Remaining: max(d.res.Remaining, 0), Mode: d.res.Mode.String(), Policy: d.policy})
 }
 
-// deny writes the 429 of a denied request; the RateLimit fields are set.
-func deny(w http.ResponseWriter, policy string, res core.Result) {
-	w.Header().Set("Retry-After", strconv.FormatInt(retryAfter(res), 10))
+// deny is the default deny handler: 429 with a Body.
+func deny(w http.ResponseWriter, r *http.Request, res core.Result) {
+	d, _ := r.Context().Value(ctxKey{}).(decision)
 	ms := int64(res.RetryAfter / time.Millisecond)
 	if res.RetryAfter%time.Millisecond != 0 || ms == 0 {
 		ms++
@@ -57,8 +58,21 @@ func deny(w http.ResponseWriter, policy string, res core.Result) {
 		Remaining:    max(res.Remaining, 0),
 		Mode:         res.Mode.String(),
 		RetryAfterMS: ms,
-		Policy:       policy,
+		Policy:       d.policy,
 	})
+}
+
+// writeError is the default error handler: see WithErrorHandler.
+func writeError(w http.ResponseWriter, r *http.Request, err error) {
+	if ce, ok := errors.AsType[*ClientError](err); ok {
+		writeJSON(w, http.StatusBadRequest, errorBody{Error: ce.Reason})
+		return
+	}
+	if r.Context().Err() != nil {
+		writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: "request cancelled"})
+		return
+	}
+	writeJSON(w, http.StatusInternalServerError, errorBody{Error: internalError})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -37,17 +37,62 @@ import (
 //
 // The fields are added, not set, so nested middleware reports one list
 // member per policy, as the draft allows.
+//
+// WithXRateLimit adds X-RateLimit-Limit (q), X-RateLimit-Remaining (r) and
+// X-RateLimit-Reset (t, in seconds from now) for clients that know only
+// those; WithXRateLimitUnix gives X-RateLimit-Reset as a Unix time instead,
+// the first whole second at or after now plus ResetAfter (admitted) or
+// RetryAfter, at least one second (denied). These are set, not added: the
+// innermost middleware's decision wins.
 
-// setHeaders adds the RateLimit-Policy and RateLimit fields for decision res
-// under policy p.
-func setHeaders(h http.Header, p core.Policy, res core.Result) {
+// xStyle selects the X-RateLimit fields.
+type xStyle int
+
+const (
+	xNone  xStyle = iota // IETF fields only
+	xDelta               // X-RateLimit-Reset in seconds from now
+	xUnix                // X-RateLimit-Reset as a Unix time
+)
+
+// WithXRateLimit adds X-RateLimit-Limit, X-RateLimit-Remaining and
+// X-RateLimit-Reset beside the IETF fields, with the same values as their
+// q, r and t: the reset is in seconds from now, as Envoy sends it.
+func WithXRateLimit() Option {
+	return func(o *options) { o.xstyle = xDelta }
+}
+
+// WithXRateLimitUnix is WithXRateLimit with X-RateLimit-Reset as a Unix
+// time in seconds, as GitHub's API, ulule/limiter and go-chi/httprate send
+// it, from the middleware's clock (WithClock).
+func WithXRateLimitUnix() Option {
+	return func(o *options) { o.xstyle = xUnix }
+}
+
+// setHeaders adds the RateLimit-Policy and RateLimit fields (and the
+// X-RateLimit fields, if chosen) for decision res under the rule's policy.
+func (m *middleware) setHeaders(h http.Header, res core.Result) {
+	p := m.rule.Policy
 	name := sfString(p.Name())
-	t := ceilSeconds(res.ResetAfter)
+	t, reset := ceilSeconds(res.ResetAfter), res.ResetAfter
 	if !res.Allowed {
-		t = retryAfter(res)
+		t, reset = retryAfter(res), max(res.RetryAfter, time.Second)
 	}
-	h.Add("RateLimit-Policy", name+";q="+itoa(max(res.Limit, 0))+";w="+itoa(window(p)))
-	h.Add("RateLimit", name+";r="+itoa(max(res.Remaining, 0))+";t="+itoa(t))
+	q, r := itoa(max(res.Limit, 0)), itoa(max(res.Remaining, 0))
+	h.Add("RateLimit-Policy", name+";q="+q+";w="+itoa(window(p)))
+	h.Add("RateLimit", name+";r="+r+";t="+itoa(t))
+	if m.o.xstyle == xNone {
+		return
+	}
+	h.Set("X-RateLimit-Limit", q)
+	h.Set("X-RateLimit-Remaining", r)
+	if m.o.xstyle == xUnix {
+		at := m.o.now().Add(reset)
+		t = at.Unix()
+		if at.Nanosecond() != 0 {
+			t++
+		}
+	}
+	h.Set("X-RateLimit-Reset", itoa(t))
 }
 
 // window returns the w parameter of policy p: see above.

@@ -70,6 +70,9 @@ func New(ctx context.Context, o Options, log *slog.Logger) (*App, error) {
 		return nil, err
 	}
 	cfg, err := config.LoadFile(o.Config)
+	if err == nil {
+		err = checkRoutes(cfg)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("serve: %s: %w", o.Config, err)
 	}
@@ -128,13 +131,30 @@ func (a *App) Close() error {
 	return err
 }
 
+// checkRoutes requires what the config leaves optional and serve needs:
+// every policy names its route (path) and its key source (key).
+func checkRoutes(cfg *config.Config) error {
+	for i, p := range cfg.Policies {
+		field := ""
+		switch {
+		case p.Path == "":
+			field = "path"
+		case p.Key.IsZero():
+			field = "key"
+		default:
+			continue
+		}
+		return &config.FieldError{Policy: p.Name, Index: i, Field: field, Msg: "required by serve, which routes each policy's path and keys it by the config"}
+	}
+	return nil
+}
+
 func (a *App) routes() http.Handler {
 	mux := http.NewServeMux()
 	limited := a.metrics.Limiter(a.lim)
 	ok := http.HandlerFunc(httplimit.AllowedJSON)
 	for _, p := range a.cfg.Policies {
-		rule := httplimit.Rule{Policy: p.Policy, Key: p.Key}
-		mux.Handle(p.Path, httplimit.New(limited, rule, httplimit.WithLogger(a.log))(ok))
+		mux.Handle(p.Path, httplimit.New(limited, p.Rule(), httplimit.WithLogger(a.log))(ok))
 	}
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

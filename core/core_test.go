@@ -204,3 +204,24 @@ func TestSmallDefects(t *testing.T) {
 		t.Errorf("nil context: %+v %v, want ErrNilContext (a request error) and mode none", r, err)
 	}
 }
+
+// replyStore answers every call with one admitting decision reply.
+type replyStore struct{}
+
+func (replyStore) Run(context.Context, *core.Script, []string, []string) ([]int64, error) {
+	return []int64{1, 4, 0, 1000, 42}, nil
+}
+
+// TestSharedStoreModeIsRedis: a decision through a store that is not in
+// this process says so.
+func TestSharedStoreModeIsRedis(t *testing.T) {
+	l, err := core.NewLimiter(replyStore{}, core.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := tokenbucket.Policy("tb", 5, 1)
+	r, err := l.Allow(context.Background(), p, "k")
+	if err != nil || r.Mode != core.ModeRedis || !r.Allowed || r.Remaining != 4 {
+		t.Fatalf("%+v %v, want allowed, 4 left, mode redis", r, err)
+	}
+}

@@ -68,7 +68,7 @@ func NewLimiter(store Store, opts Options) (*Limiter, error) {
 	if strings.ContainsAny(prefix, "{}") {
 		return nil, errorf(ErrInvalidPolicy, "key prefix %q contains a brace", prefix)
 	}
-	l := &Limiter{store: store, prefix: prefix, newID: opts.NewID}
+	l := &Limiter{store: store, prefix: prefix, newID: opts.NewID, mode: ModeRedis}
 	if l.newID == nil {
 		l.newID = NewRequestID
 	}

@@ -5,7 +5,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	"github.com/holdfast/holdfast/cmd/demo/serve"
 	"github.com/holdfast/holdfast/core"
 )
@@ -20,26 +19,26 @@ type Route struct {
 	Policy core.Policy
 }
 
-// TokenBucket reports whether the route's policy is a token bucket.
-func (r Route) TokenBucket() bool { return r.Policy.Algorithm().Name() == tokenbucket.Name }
+// quota is the route's algorithm as a core.Quotaer: every algorithm a
+// config can name is one.
+func (r Route) quota() core.Quotaer {
+	q, _ := r.Policy.Algorithm().(core.Quotaer)
+	return q
+}
 
-// Allowance is the policy's long-run rate per second: the refill rate of a
-// token bucket, limit ÷ window of a sliding window.
+// Allowance is the policy's long-run rate per second: its quota over the
+// quota's window (a token bucket's refill rate, a window's limit ÷ length).
 func (r Route) Allowance() float64 {
-	if r.TokenBucket() {
-		return tokenbucket.Rate(r.Policy)
-	}
-	return float64(r.Policy.Limit()) / r.Policy.Interval().Seconds()
+	units, w := r.quota().Quota(r.Policy)
+	return float64(units) / w.Seconds()
 }
 
 // Bound is what one exact limiter admits at most to a client above the
 // limit over a run of length d (DESIGN.md's invariant): token bucket
 // capacity + rate × d, sliding window limit × (whole windows in d + 1).
 func (r Route) Bound(d time.Duration) float64 {
-	if r.TokenBucket() {
-		return float64(r.Policy.Limit()) + tokenbucket.Rate(r.Policy)*d.Seconds()
-	}
-	return float64(r.Policy.Limit() * (int64(d/r.Policy.Interval()) + 1))
+	_, most := r.quota().Bound(r.Policy, d)
+	return most
 }
 
 // Ideal is what one exact limiter admits to a client that asks above the
@@ -47,20 +46,12 @@ func (r Route) Bound(d time.Duration) float64 {
 // token bucket; limit × ⌈d ÷ window⌉ for a sliding window, whose bound
 // allows one more window for spans that straddle window starts.
 func (r Route) Ideal(d time.Duration) float64 {
-	if r.TokenBucket() {
-		return r.Bound(d)
-	}
-	w := r.Policy.Interval()
-	return float64(r.Policy.Limit() * int64((d+w-1)/w))
+	ideal, _ := r.quota().Bound(r.Policy, d)
+	return ideal
 }
 
 // Describe returns e.g. "token bucket 20 + 5/s" or "sliding window 20 per 2s".
-func (r Route) Describe() string {
-	if r.TokenBucket() {
-		return "token bucket " + itoa(r.Policy.Limit()) + " + " + ftoa(tokenbucket.Rate(r.Policy)) + "/s"
-	}
-	return "sliding window " + itoa(r.Policy.Limit()) + " per " + r.Policy.Interval().String()
-}
+func (r Route) Describe() string { return r.quota().Describe(r.Policy) }
 
 // A Series is what one client saw on one route, per second of the run,
 // counted at the client (through nginx) by the second its request was

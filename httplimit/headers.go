@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	"github.com/holdfast/holdfast/core"
 )
 
@@ -95,13 +94,12 @@ func (m *middleware) setHeaders(h http.Header, res core.Result) {
 	h.Set("X-RateLimit-Reset", itoa(t))
 }
 
-// window returns the w parameter of policy p: see above.
+// window returns the w parameter of policy p (see above): its
+// algorithm's quota window (core.Quotaer), else its interval.
 func window(p core.Policy) int64 {
 	w := p.Interval()
-	if p.Algorithm() != nil && p.Algorithm().Name() == tokenbucket.Name {
-		// Capacity × interval stays below tokenbucket.MaxCredit µs (about
-		// 35 years), far from overflowing a Duration.
-		w = time.Duration(p.Limit()) * p.Interval()
+	if q, ok := p.Algorithm().(core.Quotaer); ok {
+		_, w = q.Quota(p)
 	}
 	return max(ceilSeconds(w), 1)
 }

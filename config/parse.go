@@ -12,8 +12,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/holdfast/holdfast/algorithms/slidingwindow"
-	"github.com/holdfast/holdfast/algorithms/tokenbucket"
+	_ "github.com/holdfast/holdfast/algorithms" // registers the built-in algorithms
 	"github.com/holdfast/holdfast/core"
 	"github.com/holdfast/holdfast/fallback"
 	"github.com/holdfast/holdfast/httplimit"
@@ -29,12 +28,42 @@ type document struct {
 	trustedProxies bool // client_ip's trusted_proxies was given
 }
 
-// fields maps each policy field to the algorithm it belongs to; "" means
-// every algorithm.
+// The shapes of an algorithm's numbers: a rate (core.RateAlgorithm) or a
+// limit per window (core.WindowAlgorithm).
+const (
+	rateShape   = "rate"
+	windowShape = "window"
+)
+
+// fields maps each policy field to the shape of the algorithms it belongs
+// to; "" means every algorithm.
 var fields = map[string]string{
 	"name": "", "path": "", "algorithm": "", "key": "", "outage": "",
-	"capacity": tokenbucket.Name, "refill_per_second": tokenbucket.Name,
-	"limit": slidingwindow.Name, "window": slidingwindow.Name,
+	"capacity": rateShape, "refill_per_second": rateShape,
+	"limit": windowShape, "window": windowShape,
+}
+
+// shapeOf returns the shape of alg's numbers, "" when it has none a config
+// can give.
+func shapeOf(alg core.Algorithm) string {
+	switch alg.(type) {
+	case core.RateAlgorithm:
+		return rateShape
+	case core.WindowAlgorithm:
+		return windowShape
+	}
+	return ""
+}
+
+// namesOf returns the registered algorithms of the given shape, as "a or b".
+func namesOf(shape string) string {
+	var names []string
+	for _, n := range core.AlgorithmNames() {
+		if alg, _ := core.AlgorithmByName(n); shapeOf(alg) == shape {
+			names = append(names, n)
+		}
+	}
+	return strings.Join(names, " or ")
 }
 
 // Load reads a config (at most MaxSize bytes, one YAML document) and
@@ -270,30 +299,40 @@ func parsePolicy(i int, n *yaml.Node, ip httplimit.IPOptions) (Policy, error) {
 }
 
 // build checks the fields and builds the policy with its algorithm's
-// constructor.
+// constructor, found by name in core's registry.
 func (pf *policyFields) build() (Policy, error) {
-	if _, err := slidingwindow.Policy(pf.name, 1, time.Second); err != nil {
+	if err := core.CheckPolicyName(pf.name); err != nil {
 		return Policy{}, pf.errorf("name", err, "%s", pf.cause(err))
 	}
 	p := Policy{Name: pf.name}
-	alg, err := pf.str("algorithm", true)
+	name, err := pf.str("algorithm", true)
 	if err != nil {
 		return Policy{}, err
 	}
-	switch alg {
-	case tokenbucket.Name, slidingwindow.Name:
-	default:
-		return Policy{}, pf.errorf("algorithm", core.ErrInvalidPolicy, "unknown algorithm %s (want %s or %s)", show(alg), tokenbucket.Name, slidingwindow.Name)
+	alg, err := core.AlgorithmByName(name)
+	shape := ""
+	if err == nil {
+		shape = shapeOf(alg)
+	}
+	if shape == "" {
+		var known []string
+		for _, n := range core.AlgorithmNames() {
+			if a, _ := core.AlgorithmByName(n); shapeOf(a) != "" {
+				known = append(known, n)
+			}
+		}
+		return Policy{}, pf.errorf("algorithm", core.ErrInvalidPolicy, "unknown algorithm %s (want %s)", show(name), strings.Join(known, ", "))
 	}
 	for _, f := range []string{"capacity", "refill_per_second", "limit", "window"} {
-		if pf.nodes[f] != nil && fields[f] != alg {
-			return Policy{}, pf.errorf(f, core.ErrInvalidPolicy, "not a %s field (it belongs to %s)", alg, fields[f])
+		if pf.nodes[f] != nil && fields[f] != shape {
+			return Policy{}, pf.errorf(f, core.ErrInvalidPolicy, "not a %s field (it belongs to %s)", name, namesOf(fields[f]))
 		}
 	}
-	if alg == tokenbucket.Name {
-		p.Policy, err = pf.tokenBucket()
-	} else {
-		p.Policy, err = pf.slidingWindow()
+	switch a := alg.(type) {
+	case core.RateAlgorithm:
+		p.Policy, err = pf.rate(a)
+	case core.WindowAlgorithm:
+		p.Policy, err = pf.window(a)
 	}
 	if err != nil {
 		return Policy{}, err
@@ -333,7 +372,8 @@ func (pf *policyFields) route(p *Policy, ip httplimit.IPOptions) error {
 	return nil
 }
 
-func (pf *policyFields) tokenBucket() (core.Policy, error) {
+// rate reads a rate-shaped policy: capacity and refill_per_second.
+func (pf *policyFields) rate(alg core.RateAlgorithm) (core.Policy, error) {
 	capacity, err := pf.integer("capacity")
 	if err != nil {
 		return core.Policy{}, err
@@ -342,11 +382,11 @@ func (pf *policyFields) tokenBucket() (core.Policy, error) {
 	if err != nil {
 		return core.Policy{}, err
 	}
-	p, err := tokenbucket.Policy(pf.name, capacity, rate)
+	p, err := alg.RatePolicy(pf.name, capacity, rate)
 	if err != nil {
 		// The numbers are each positive; find which one is out of range.
 		field := "capacity"
-		if _, e := tokenbucket.Policy(pf.name, 1, rate); e != nil {
+		if _, e := alg.RatePolicy(pf.name, 1, rate); e != nil {
 			field = "refill_per_second"
 		}
 		return core.Policy{}, pf.errorf(field, err, "%s", pf.cause(err))
@@ -354,7 +394,8 @@ func (pf *policyFields) tokenBucket() (core.Policy, error) {
 	return p, nil
 }
 
-func (pf *policyFields) slidingWindow() (core.Policy, error) {
+// window reads a window-shaped policy: limit and window.
+func (pf *policyFields) window(alg core.WindowAlgorithm) (core.Policy, error) {
 	limit, err := pf.integer("limit")
 	if err != nil {
 		return core.Policy{}, err
@@ -363,10 +404,10 @@ func (pf *policyFields) slidingWindow() (core.Policy, error) {
 	if err != nil {
 		return core.Policy{}, err
 	}
-	p, err := slidingwindow.Policy(pf.name, limit, window)
+	p, err := alg.WindowPolicy(pf.name, limit, window)
 	if err != nil {
 		field := "limit"
-		if _, e := slidingwindow.Policy(pf.name, 1, window); e != nil {
+		if _, e := alg.WindowPolicy(pf.name, 1, window); e != nil {
 			field = "window"
 		}
 		return core.Policy{}, pf.errorf(field, err, "%s", pf.cause(err))

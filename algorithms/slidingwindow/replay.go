@@ -62,3 +62,12 @@ func (algorithm) Bound(p core.Policy, d time.Duration) (ideal, most float64) {
 func (algorithm) Describe(p core.Policy) string {
 	return "sliding window " + strconv.FormatInt(p.Limit(), 10) + " per " + p.Interval().String()
 }
+
+func init() { core.Register(Algorithm) }
+
+var _ core.WindowAlgorithm = algorithm{}
+
+// WindowPolicy is Policy, for the config loader.
+func (algorithm) WindowPolicy(name string, limit int64, window time.Duration) (core.Policy, error) {
+	return Policy(name, limit, window)
+}

@@ -114,3 +114,12 @@ func Replay(cur int64, ok bool, seed core.Seed, m *MergeLog, c, t, now int64, gr
 	}
 	return min(cur, max(now, x)+full)
 }
+
+func init() { core.Register(Algorithm) }
+
+var _ core.RateAlgorithm = algorithm{}
+
+// RatePolicy is Policy, for the config loader.
+func (algorithm) RatePolicy(name string, capacity int64, perSecond float64) (core.Policy, error) {
+	return Policy(name, capacity, perSecond)
+}

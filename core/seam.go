@@ -63,3 +63,39 @@ type Quotaer interface {
 	// Describe returns a short text such as "token bucket 20 + 5/s".
 	Describe(p Policy) string
 }
+
+// A Leaser is an Algorithm that can limit a key locally, with one
+// instance's 1/n share of its policy, while the store is unavailable.
+type Leaser interface {
+	Algorithm
+	// Observe returns what the reply r to a decision on p tells of the
+	// key's state: the seed a later lease starts from, and a replay into a
+	// store that lost the key. A Seed with At 0 means nothing is known.
+	Observe(p Policy, r Reply) Seed
+	// NewLease returns a lease of p that starts from seed at store time
+	// now (µs); a zero seed starts from a full quota.
+	NewLease(p Policy, seed Seed, now int64) Lease
+	// LoadLease decodes a lease that Lease.AppendBinary wrote for p.
+	LoadLease(p Policy, data []byte) (Lease, error)
+}
+
+// A Lease is one key's local share of a policy during an outage. The
+// caller serialises the calls on one lease (the key's lock).
+type Lease interface {
+	// Decide decides a request of cost units under the 1/n share of p at
+	// store time now (µs), spends the cost if it is admitted, and returns
+	// the reply in units of the share.
+	Decide(p Policy, n, now, cost int64) Reply
+	// Charge spends a grant of cost units made at store time at, whatever
+	// the lease holds: a grant read back from the state dir.
+	Charge(p Policy, n, at, cost int64)
+	// AppendBinary appends the lease's state to b, for the state dir.
+	AppendBinary(b []byte) []byte
+	// Size is the lease's approximate size in bytes.
+	Size() int64
+}
+
+// ReplyOf is the Reply of a script's five integers.
+func ReplyOf(r [ReplyLen]int64) Reply {
+	return Reply{Allowed: r[0] == 1, Remaining: r[1], RetryAfter: r[2], ResetAfter: r[3], Now: r[4]}
+}

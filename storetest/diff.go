@@ -68,6 +68,7 @@ func RunDifferential(t *testing.T, h Harness) {
 			}
 		})
 	})
+	t.Run("sliding_window_counter", func(t *testing.T) { diffSlidingCounter(t, s) })
 }
 
 func check(rt *rapid.T, i int, got core.Reply, want [core.ReplyLen]int64) {

@@ -161,6 +161,10 @@ func RunDistributed(t *testing.T, h Harness, instances int, d time.Duration) {
 			t.Errorf("admitted %d in %d whole windows, want at least 95%% of %d", whole, k, k*p.Limit())
 		}
 	})
+	t.Run("sliding_window_counter", func(t *testing.T) {
+		t.Parallel()
+		distributedSlidingCounter(t, h, instances, d)
+	})
 }
 
 func makeInstances(t *testing.T, h Harness, n int) ([]*core.Limiter, []*Recorder) {

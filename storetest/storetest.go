@@ -54,7 +54,7 @@ func must(p core.Policy, err error) core.Policy {
 const ms = time.Millisecond
 
 // Tables are the step tables every store must pass.
-var Tables = []Table{
+var Tables = append([]Table{
 	{
 		Name:   "token_bucket/drain_and_refill",
 		Policy: must(tokenbucket.Policy("tb3", 3, 1)),
@@ -128,7 +128,7 @@ var Tables = []Table{
 			{At: 2000 * ms, Cost: 3, Allowed: true, Remaining: 0, ResetAfter: 2 * time.Second},
 		},
 	},
-}
+}, slidingCounterTables...)
 
 var seq atomic.Int64
 

@@ -1,0 +1,171 @@
+package slidingcounter_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/holdfast/holdfast/algorithms/slidingcounter"
+	"github.com/holdfast/holdfast/algorithms/tokenbucket"
+	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/internal/redistest"
+	"github.com/holdfast/holdfast/storetest"
+)
+
+// TestReplayModel: grants count in the window of their original time —
+// the current one, the one before, or none — a seed only on a missing
+// key, counts stop at twice the limit, and a batch that counts nothing
+// leaves the key as it was.
+func TestReplayModel(t *testing.T) {
+	const lim, w = 10, 1_000_000
+	now := storetest.T0 + 500_000
+	k := now / w
+	g := func(at, cost int64) core.Grant { return core.Grant{Cost: cost, At: storetest.T0 + at} }
+	// 2 now, 4 a window ago, 5 two windows ago.
+	grants := []core.Grant{g(100_000, 2), g(-500_000, 4), g(-1_500_000, 5)}
+	seed := core.Seed{Value: 5, At: storetest.T0 - 200_000}
+	for _, tc := range []struct {
+		name   string
+		cur    slidingcounter.State
+		ok     bool
+		seed   core.Seed
+		grants []core.Grant
+		want   slidingcounter.State
+		added  int64
+	}{
+		{"same_window", slidingcounter.State{Window: k, Cur: 2, Prev: 3}, true, seed, grants, slidingcounter.State{Window: k, Cur: 4, Prev: 7}, 6},
+		{"window_before", slidingcounter.State{Window: k - 1, Cur: 3, Prev: 9}, true, seed, grants, slidingcounter.State{Window: k, Cur: 2, Prev: 7}, 6},
+		{"missing_seeded", slidingcounter.State{}, false, seed, grants, slidingcounter.State{Window: k, Cur: 2, Prev: 9}, 11},
+		{"missing_old_seed", slidingcounter.State{}, false, core.Seed{Value: 5, At: storetest.T0 - 2_000_000}, grants, slidingcounter.State{Window: k, Cur: 2, Prev: 4}, 6},
+		{"missing_no_seed", slidingcounter.State{}, false, core.Seed{}, grants, slidingcounter.State{Window: k, Cur: 2, Prev: 4}, 6},
+		{"capped", slidingcounter.State{Window: k, Cur: 9, Prev: 19}, true, core.Seed{}, []core.Grant{g(0, 10), g(1, 5), g(-1, 3)}, slidingcounter.State{Window: k, Cur: 20, Prev: 20}, 18},
+		{"future_grant_counts_now", slidingcounter.State{}, false, core.Seed{}, []core.Grant{g(2_000_000, 1)}, slidingcounter.State{Window: k, Cur: 1}, 1},
+		{"stored_window_ahead", slidingcounter.State{Window: k + 1, Cur: 1}, true, core.Seed{}, grants, slidingcounter.State{Window: k + 1, Cur: 1, Prev: 2}, 2},
+		{"nothing_counted", slidingcounter.State{Window: k - 3, Cur: 1, Prev: 1}, true, core.Seed{}, []core.Grant{g(-1_500_000, 5)}, slidingcounter.State{Window: k - 3, Cur: 1, Prev: 1}, 0},
+	} {
+		next, added := slidingcounter.Replay(tc.cur, tc.ok, tc.seed, lim, w, now, tc.grants)
+		if next != tc.want || added != tc.added {
+			t.Errorf("%s: Replay = %+v, %d; want %+v, %d", tc.name, next, added, tc.want, tc.added)
+		}
+	}
+}
+
+// TestReplayCall: KEYS are the counter and the marker, ARGV the policy,
+// the marker's TTL, the seed and the grants' times and costs; a batch of
+// another algorithm's policy is refused.
+func TestReplayCall(t *testing.T) {
+	p := must(slidingcounter.Policy("sc", 10, 2*time.Second))
+	b := core.Batch{ID: "i1:e1:1", Key: "hf:{sc:k}", Policy: p, Seed: core.Seed{Value: 3, At: 77},
+		Grants: []core.Grant{{ID: "a", Cost: 2, At: 100}, {ID: "b", Cost: 1, At: 101}}}
+	c, err := slidingcounter.ReplayCall(&b, "hf:{sc:k}:rb:i1:e1:1", 24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Script != slidingcounter.ReplayScript || c.Script.Guarded() ||
+		!reflect.DeepEqual(c.Keys, []string{"hf:{sc:k}", "hf:{sc:k}:rb:i1:e1:1"}) ||
+		!reflect.DeepEqual(c.Args, []string{"10", "2000000", "86400000", "3", "77", "100", "2", "101", "1"}) {
+		t.Fatalf("call %s %q %q", c.Script.Name(), c.Keys, c.Args)
+	}
+	b.Policy = must(tokenbucket.Policy("tb", 10, 1))
+	if _, err := slidingcounter.ReplayCall(&b, "m", time.Hour); !errors.Is(err, core.ErrInvalidPolicy) {
+		t.Fatalf("token bucket batch: %v, want ErrInvalidPolicy", err)
+	}
+}
+
+// TestRedisReplay: on Redis, replay.lua leaves the key in the state the Go
+// model gives (at the script's own Redis time, between two readings of
+// TIME around it) and replies with the units it counted; the same batch
+// sent again counts nothing; a decision afterwards sees the replayed
+// counts; the key lives until the end of the next window.
+func TestRedisReplay(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	store := newStore(t, srv)
+	const lim, w = 10, 10_000_000
+	p := must(slidingcounter.Policy("sc", lim, w*time.Microsecond))
+	ctx := context.Background()
+	for i, tc := range []struct {
+		name   string
+		stored int64 // stored window, relative to now's; 99: none
+		seed   int64 // seed time relative to now (0: no seed)
+	}{
+		{"same_window", 0, 0},
+		{"window_before", -1, 0},
+		{"old_key", -3, 0},
+		{"missing_seeded", 99, -1},
+		{"missing_unseeded", 99, 0},
+		{"stored_beats_seed", 0, -1},
+	} {
+		key := core.StorageKey("hf:", "sc", fmt.Sprint("replay-", i))
+		now := redisNow(t, srv)
+		var cur slidingcounter.State
+		ok := tc.stored != 99
+		if ok {
+			cur = slidingcounter.State{Window: now/w + tc.stored, Cur: 3, Prev: 4}
+			put(t, srv, key, cur)
+		}
+		var seed core.Seed
+		if tc.seed != 0 {
+			seed = core.Seed{Value: 6, At: (now/w+tc.seed)*w + 1}
+		}
+		// Grants of now's window, the one before and the one before that.
+		at := func(win, off int64) int64 { return (now/w+win)*w + off }
+		b := core.Batch{ID: "app1:e1:" + tc.name, Key: key, Policy: p, Seed: seed, Grants: []core.Grant{
+			{Cost: 4, At: at(-2, 9_000_000)}, {Cost: 2, At: at(-1, 5)}, {Cost: 3, At: at(-1, 9_999_999)}, {Cost: 1, At: at(0, 0)},
+		}}
+		call, err := slidingcounter.ReplayCall(&b, key+":rb:"+b.ID, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := redisNow(t, srv)
+		reply, err := store.Run(ctx, call.Script, call.Keys, call.Args)
+		after := redisNow(t, srv)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		lo, loAdded := slidingcounter.Replay(cur, ok, seed, lim, w, before, b.Grants)
+		hi, hiAdded := slidingcounter.Replay(cur, ok, seed, lim, w, after, b.Grants)
+		got, _ := stored(t, srv, key)
+		switch {
+		case got == lo && reflect.DeepEqual(reply, []int64{1, loAdded}):
+		case got == hi && reflect.DeepEqual(reply, []int64{1, hiAdded}):
+		default:
+			t.Fatalf("%s: Redis holds %+v, replied %v; the model %+v (%d) at %d, %+v (%d) at %d", tc.name, got, reply, lo, loAdded, before, hi, hiAdded, after)
+		}
+		if again, err := store.Run(ctx, call.Script, call.Keys, call.Args); err != nil || !reflect.DeepEqual(again, []int64{0, 0}) {
+			t.Fatalf("%s: the batch again: %v %v, want [0 0]", tc.name, again, err)
+		}
+		if s, _ := stored(t, srv, key); s != got {
+			t.Fatalf("%s: the batch again changed the key from %+v to %+v", tc.name, got, s)
+		}
+		if pttl, err := strconv.ParseInt(srv.Do(t, "PTTL", key), 10, 64); err != nil || pttl > 2*w/1000+1 {
+			t.Fatalf("%s: PTTL %d ms (%v), want at most two windows", tc.name, pttl, err)
+		}
+		if pttl, err := strconv.ParseInt(srv.Do(t, "PTTL", call.Keys[1]), 10, 64); err != nil || pttl > 3_600_000 || pttl < 3_500_000 {
+			t.Fatalf("%s: marker PTTL %d ms (%v), want about an hour", tc.name, pttl, err)
+		}
+		// A decision now sees the replayed counts: its remaining is the
+		// limit less the estimate of the state Redis holds.
+		dnow := redisNow(t, srv)
+		r := storetest.Decide(t, store, p, key, 1, dnow)
+		_, _, want := slidingcounter.Decide(got, true, dnow, lim, w, 1)
+		if r.Allowed != (want[0] == 1) || r.Remaining != want[1] {
+			t.Fatalf("%s: decision after the replay %+v, twin on the replayed state %v", tc.name, r, want)
+		}
+		t.Logf("%s: %+v -> %+v, counted %d", tc.name, cur, got, reply[1])
+	}
+}
+
+// redisNow is the server's clock in microseconds.
+func redisNow(t *testing.T, srv *redistest.Server) int64 {
+	t.Helper()
+	var sec, us int64
+	if _, err := fmt.Sscanf(srv.Do(t, "TIME"), "[%d %d]", &sec, &us); err != nil {
+		t.Fatal(err)
+	}
+	return sec*1_000_000 + us
+}

@@ -1,6 +1,8 @@
 package slidingcounter_test
 
 import (
+	"errors"
+	"reflect"
 	"testing"
 	"time"
 
@@ -9,9 +11,11 @@ import (
 	"github.com/holdfast/holdfast/storetest"
 )
 
-// TestKnown: a reply's known state is the estimate it implies, at its time.
-func TestKnown(t *testing.T) {
+// TestObserve: a reply's known state is the estimate it implies, at its
+// time.
+func TestObserve(t *testing.T) {
 	p := must(slidingcounter.Policy("sc", 10, time.Second))
+	alg := p.Algorithm().(core.Leaser)
 	for _, tc := range []struct {
 		r    core.Reply
 		want core.Seed
@@ -19,8 +23,8 @@ func TestKnown(t *testing.T) {
 		{core.Reply{Allowed: true, Remaining: 6, ResetAfter: 2e6, Now: storetest.T0}, core.Seed{Value: 4, At: storetest.T0}},
 		{core.Reply{Remaining: 0, RetryAfter: 5, ResetAfter: 2e6, Now: storetest.T0 + 1}, core.Seed{Value: 10, At: storetest.T0 + 1}},
 	} {
-		if got := slidingcounter.Known(p, tc.r); got != tc.want {
-			t.Errorf("Known(%+v) = %+v, want %+v", tc.r, got, tc.want)
+		if got := alg.Observe(p, tc.r); got != tc.want {
+			t.Errorf("Observe(%+v) = %+v, want %+v", tc.r, got, tc.want)
 		}
 	}
 }
@@ -89,8 +93,7 @@ func TestLeaseShare(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := must(slidingcounter.Policy("sc", tc.limit, time.Second))
-			var l slidingcounter.Lease
-			l.Start(p, tc.known)
+			l := p.Algorithm().(core.Leaser).NewLease(p, tc.known, storetest.T0)
 			for i, st := range tc.steps {
 				now := storetest.T0 + st.at.Microseconds()
 				got := l.Decide(p, tc.n, now, st.cost)
@@ -103,26 +106,77 @@ func TestLeaseShare(t *testing.T) {
 	}
 }
 
-// TestLeaseOneInstance: a lease of one instance decides as the script does.
+// TestLeaseOneInstance: a lease of one instance decides as the script
+// does, and one decoded from its AppendBinary at any point goes on as it
+// would have.
 func TestLeaseOneInstance(t *testing.T) {
 	p := must(slidingcounter.Policy("sc", 5, 10*time.Millisecond))
-	var l slidingcounter.Lease
+	alg := p.Algorithm().(core.Leaser)
+	l := alg.NewLease(p, core.Seed{}, storetest.T0)
 	var st slidingcounter.State
 	var ok bool
 	now := storetest.T0
 	for i := range 500 {
 		now += int64(i*7919) % 4000
 		cost := int64(i%5 + 1)
+		if i%50 == 0 {
+			back, err := alg.LoadLease(p, l.AppendBinary(nil))
+			if err != nil {
+				t.Fatalf("step %d: %v", i, err)
+			}
+			l = back
+		}
 		got := l.Decide(p, 1, now, cost)
 		next, changed, r := slidingcounter.Decide(st, ok, now, 5, 10_000, cost)
 		if changed {
 			st, ok = next, true
 		}
-		if want, _ := core.ParseReply(r[:]); got != want {
+		if want := core.ReplyOf(r); got != want {
 			t.Fatalf("step %d: lease %+v, script twin %+v", i, got, want)
 		}
 	}
-	if s, held := l.State(); s != st || held != ok {
-		t.Fatalf("lease state %+v %v, twin %+v %v", s, held, st, ok)
+}
+
+// TestLeaseCharge: a grant read back from the state dir counts in the
+// window of its time, beyond the share if need be; one older than the
+// window before the lease's counts nothing.
+func TestLeaseCharge(t *testing.T) {
+	p := must(slidingcounter.Policy("sc", 10, time.Second))
+	alg := p.Algorithm().(core.Leaser)
+	const n = 2
+	l := alg.NewLease(p, core.Seed{}, storetest.T0)
+	l.Charge(p, n, storetest.T0+100_000, 3) // 6 sub-units now
+	l.Charge(p, n, storetest.T0-1, 4)       // 8 in the window before
+	l.Charge(p, n, storetest.T0-1_000_001, 9)
+	// 6 + ⌈8 × 0.9⌉ = 14 of 10 sub-units: over the share; one more unit
+	// (2 sub-units) fits once 8 × (1 s − e) ≤ 2 × 1 s, at e = 750 ms.
+	now := storetest.T0 + 100_000
+	want := core.Reply{Remaining: 0, RetryAfter: 650_000, ResetAfter: 1_900_000, Now: now}
+	if r := l.Decide(p, n, now, 1); r != want {
+		t.Fatalf("after the charges: %+v, want %+v", r, want)
+	}
+}
+
+// TestLeaseLoadBadBytes: a lease cut short, with a trailing byte or with a
+// bad flag is an error, not a panic.
+func TestLeaseLoadBadBytes(t *testing.T) {
+	p := must(slidingcounter.Policy("sc", 10, time.Second))
+	alg := p.Algorithm().(core.Leaser)
+	l := alg.NewLease(p, core.Seed{Value: 3, At: storetest.T0}, storetest.T0)
+	data := l.AppendBinary(nil)
+	for cut := range len(data) {
+		if _, err := alg.LoadLease(p, data[:cut]); !errors.Is(err, core.ErrMalformedReply) {
+			t.Errorf("a lease cut at byte %d of %d: %v", cut, len(data), err)
+		}
+	}
+	if _, err := alg.LoadLease(p, append(data, 1)); !errors.Is(err, core.ErrMalformedReply) {
+		t.Errorf("a trailing byte: %v", err)
+	}
+	bad := append(data[:len(data)-1:len(data)-1], 4) // the flag 2
+	if _, err := alg.LoadLease(p, bad); !errors.Is(err, core.ErrMalformedReply) {
+		t.Errorf("flag 2: %v", err)
+	}
+	if back, err := alg.LoadLease(p, data); err != nil || !reflect.DeepEqual(back.AppendBinary(nil), data) {
+		t.Errorf("round trip: %v", err)
 	}
 }

@@ -3,7 +3,6 @@ package slidingcounter
 import (
 	_ "embed"
 	"strconv"
-	"time"
 
 	"github.com/holdfast/holdfast/core"
 )
@@ -11,30 +10,54 @@ import (
 //go:embed replay.lua
 var replaySource string
 
-// ReplayScript is the replay of an outage's grants (replay.lua), for
-// implementers of reconciliation: one batch of one key, applied once under
-// its batch marker. Build its calls with ReplayCall.
+// ReplayScript is the counter's replay of an outage's grants (replay.lua):
+// each grant counts in the fixed window of its original time, once per
+// batch marker.
 var ReplayScript = core.NewScript("reconcile_"+Name, replaySource, nil)
 
-// ReplayCall builds the call that replays batch b with ReplayScript, for
-// implementers of reconciliation: KEYS are b.Key and the batch's marker key
-// marker (which must share b.Key's hash tag), ARGV the policy's limit and
-// window, the marker's TTL, b.Seed and each grant's time and cost. The
-// script's reply is {1, units counted} when it applied the batch, {0, 0}
-// when the marker says it was applied before.
-func ReplayCall(b *core.Batch, marker string, markerTTL time.Duration) (core.Call, error) {
-	p := b.Policy
-	if p.Algorithm() != Algorithm {
-		return core.Call{}, core.Errorf(core.ErrInvalidPolicy, "batch %s: policy %s is not a %s policy", b.ID, p, Name)
-	}
+var _ core.Replayer = algorithm{}
+
+// ReplayCall returns the replay.lua call for batch b: KEYS the counter and
+// the marker; ARGV the limit, the window, the marker TTL, the seed and the
+// grants as (time, cost) pairs. Its reply is {1, units counted} when it
+// applied the batch, {0, 0} when the marker says it was applied before.
+func (algorithm) ReplayCall(b *core.Batch, o core.ReplayOptions) core.Call {
 	i64 := func(v int64) string { return strconv.FormatInt(v, 10) }
+	p := b.Policy
 	args := make([]string, 0, 5+2*len(b.Grants))
-	args = append(args, i64(p.Limit()), i64(p.Interval().Microseconds()), i64(markerTTL.Milliseconds()),
+	args = append(args, i64(p.Limit()), i64(p.Interval().Microseconds()), i64(o.MarkerTTL.Milliseconds()),
 		i64(b.Seed.Value), i64(b.Seed.At))
 	for _, g := range b.Grants {
 		args = append(args, i64(g.At), i64(g.Cost))
 	}
-	return core.Call{Script: ReplayScript, Keys: []string{b.Key, marker}, Args: args}, nil
+	return core.Call{Script: ReplayScript, Keys: []string{b.Key, o.MarkerKey}, Args: args}
+}
+
+// Coalesces is true: a grant charged at a later time counts in the same
+// fixed window or a later one, which weighs it as much or more (up to the
+// counts' bound of twice the limit).
+func (algorithm) Coalesces() bool { return true }
+
+// Outdated reports a grant older than the window before now's: the replay
+// skips it.
+func (algorithm) Outdated(p core.Policy, at, now int64) bool {
+	w := p.Interval().Microseconds()
+	return at/w < now/w-1
+}
+
+// count adds units to the window g of state s: its current count when g is
+// s's window (or later), its previous count when g is the window before;
+// false, with s unchanged, when g is older.
+func (s State) count(g, units int64) (State, bool) {
+	switch {
+	case g >= s.Window:
+		s.Cur += units
+	case g == s.Window-1:
+		s.Prev += units
+	default:
+		return s, false
+	}
+	return s, true
 }
 
 // Replay is the Go model of replay.lua, for tests and reasoning: it counts
@@ -50,22 +73,17 @@ func Replay(cur State, ok bool, seed core.Seed, lim, w, now int64, grants []core
 	if ok {
 		s = cur.Roll(s.Window)
 	}
-	count := func(at, n int64) {
-		switch g := at / w; {
-		case g >= s.Window:
-			s.Cur += n
-		case g == s.Window-1:
-			s.Prev += n
-		default:
-			return
+	add := func(at, units int64) {
+		var counted bool
+		if s, counted = s.count(at/w, units); counted {
+			added += units
 		}
-		added += n
 	}
 	if !ok && seed.At > 0 && seed.Value > 0 {
-		count(seed.At, seed.Value)
+		add(seed.At, seed.Value)
 	}
 	for _, g := range grants {
-		count(g.At, g.Cost)
+		add(g.At, g.Cost)
 	}
 	if added == 0 {
 		return cur, 0

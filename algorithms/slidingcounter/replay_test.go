@@ -2,7 +2,6 @@ package slidingcounter_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"reflect"
 	"strconv"
@@ -10,9 +9,9 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/algorithms/slidingcounter"
-	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	"github.com/holdfast/holdfast/core"
 	"github.com/holdfast/holdfast/internal/redistest"
+	"github.com/holdfast/holdfast/reconcile"
 	"github.com/holdfast/holdfast/storetest"
 )
 
@@ -55,24 +54,40 @@ func TestReplayModel(t *testing.T) {
 }
 
 // TestReplayCall: KEYS are the counter and the marker, ARGV the policy,
-// the marker's TTL, the seed and the grants' times and costs; a batch of
-// another algorithm's policy is refused.
+// the marker's TTL, the seed and the grants' times and costs.
 func TestReplayCall(t *testing.T) {
 	p := must(slidingcounter.Policy("sc", 10, 2*time.Second))
 	b := core.Batch{ID: "i1:e1:1", Key: "hf:{sc:k}", Policy: p, Seed: core.Seed{Value: 3, At: 77},
 		Grants: []core.Grant{{ID: "a", Cost: 2, At: 100}, {ID: "b", Cost: 1, At: 101}}}
-	c, err := slidingcounter.ReplayCall(&b, "hf:{sc:k}:rb:i1:e1:1", 24*time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := p.Algorithm().(core.Replayer).ReplayCall(&b, core.ReplayOptions{MarkerKey: "hf:{sc:k}:rb:i1:e1:1", MarkerTTL: 24 * time.Hour, MergeKey: "unused", MergeWindow: time.Second})
 	if c.Script != slidingcounter.ReplayScript || c.Script.Guarded() ||
 		!reflect.DeepEqual(c.Keys, []string{"hf:{sc:k}", "hf:{sc:k}:rb:i1:e1:1"}) ||
 		!reflect.DeepEqual(c.Args, []string{"10", "2000000", "86400000", "3", "77", "100", "2", "101", "1"}) {
 		t.Fatalf("call %s %q %q", c.Script.Name(), c.Keys, c.Args)
 	}
-	b.Policy = must(tokenbucket.Policy("tb", 10, 1))
-	if _, err := slidingcounter.ReplayCall(&b, "m", time.Hour); !errors.Is(err, core.ErrInvalidPolicy) {
-		t.Fatalf("token bucket batch: %v, want ErrInvalidPolicy", err)
+}
+
+// TestOutdatedAndCoalesces: a grant is outdated once its window is older
+// than the one before now's, exactly when the replay skips it; grants
+// coalesce.
+func TestOutdatedAndCoalesces(t *testing.T) {
+	p := must(slidingcounter.Policy("sc", 10, time.Second))
+	rp := p.Algorithm().(core.Replayer)
+	now := storetest.T0 + 500_000
+	for _, tc := range []struct {
+		at   int64
+		want bool
+	}{{storetest.T0 - 1_000_001, true}, {storetest.T0 - 1_000_000, false}, {storetest.T0 - 1, false}, {now, false}} {
+		if got := rp.Outdated(p, tc.at, now); got != tc.want {
+			t.Errorf("Outdated(%+d µs) = %v, want %v", tc.at-storetest.T0, got, tc.want)
+		}
+		_, added := slidingcounter.Replay(slidingcounter.State{}, false, core.Seed{}, 10, 1_000_000, now, []core.Grant{{Cost: 1, At: tc.at}})
+		if (added == 0) != tc.want {
+			t.Errorf("grant at %+d µs: replay counted %d, Outdated %v", tc.at-storetest.T0, added, tc.want)
+		}
+	}
+	if !rp.Coalesces() {
+		t.Error("Coalesces = false")
 	}
 }
 
@@ -117,10 +132,7 @@ func TestRedisReplay(t *testing.T) {
 		b := core.Batch{ID: "app1:e1:" + tc.name, Key: key, Policy: p, Seed: seed, Grants: []core.Grant{
 			{Cost: 4, At: at(-2, 9_000_000)}, {Cost: 2, At: at(-1, 5)}, {Cost: 3, At: at(-1, 9_999_999)}, {Cost: 1, At: at(0, 0)},
 		}}
-		call, err := slidingcounter.ReplayCall(&b, key+":rb:"+b.ID, time.Hour)
-		if err != nil {
-			t.Fatal(err)
-		}
+		call := p.Algorithm().(core.Replayer).ReplayCall(&b, core.ReplayOptions{MarkerKey: key + ":rb:" + b.ID, MarkerTTL: time.Hour})
 		before := redisNow(t, srv)
 		reply, err := store.Run(ctx, call.Script, call.Keys, call.Args)
 		after := redisNow(t, srv)
@@ -157,6 +169,45 @@ func TestRedisReplay(t *testing.T) {
 			t.Fatalf("%s: decision after the replay %+v, twin on the replayed state %v", tc.name, r, want)
 		}
 		t.Logf("%s: %+v -> %+v, counted %d", tc.name, cur, got, reply[1])
+	}
+}
+
+// TestReconcile: reconcile replays the counter's batches through
+// core.Replayer with nothing of its own for it: several keys in one
+// pipelined Reconcile, then the same batches again after a lost
+// acknowledgement, count once.
+func TestReconcile(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	store := newStore(t, srv)
+	const lim, w = 10, 10_000_000
+	p := must(slidingcounter.Policy("sc", lim, w*time.Microsecond))
+	now := redisNow(t, srv)
+	var batches []core.Batch
+	for i := range 3 {
+		key := core.StorageKey("hf:", "sc", fmt.Sprint("reconcile-", i))
+		batches = append(batches, core.Batch{ID: fmt.Sprint("app1:e1:", i), Key: key, Policy: p,
+			Grants: []core.Grant{{Cost: int64(i + 1), At: now - 1}, {Cost: 2, At: now}}})
+	}
+	r := reconcile.New(reconcile.Options{})
+	for attempt := range 2 {
+		for i, err := range r.Reconcile(context.Background(), store, batches) {
+			if err != nil {
+				t.Fatalf("attempt %d, batch %d: %v", attempt, i, err)
+			}
+		}
+	}
+	after := redisNow(t, srv)
+	for i, b := range batches {
+		got, _ := stored(t, srv, b.Key)
+		lo, _ := slidingcounter.Replay(slidingcounter.State{}, false, core.Seed{}, lim, w, now, b.Grants)
+		hi, _ := slidingcounter.Replay(slidingcounter.State{}, false, core.Seed{}, lim, w, after, b.Grants)
+		if got != lo && got != hi {
+			t.Errorf("key %d: Redis %+v, model %+v or %+v", i, got, lo, hi)
+		}
+		if got.Cur+got.Prev != int64(i+3) {
+			t.Errorf("key %d: %+v counts %d units, want %d once", i, got, got.Cur+got.Prev, i+3)
+		}
 	}
 }
 

@@ -29,9 +29,12 @@
 // MaxProduct and counts are read at most 2 × Limit), so the Lua script
 // (slidingcounter.lua) and its Go twin (Decide) return identical answers.
 //
-// For the fallback and reconcile layers the package also has the 1/N lease
-// share (Lease, Known) and the replay of an outage's grants (ReplayScript,
-// ReplayCall and its Go model Replay).
+// Algorithm has the capabilities of core's seam: core.Leaser (one
+// instance's 1/n share during an outage, counted on sub-units),
+// core.Replayer (an outage's grants counted once, each in the fixed window
+// of its original time: ReplayScript, modelled by Replay), core.Quotaer and
+// core.WindowAlgorithm (configured as limit and window). The package
+// registers it with core.Register.
 package slidingcounter
 
 import (

@@ -67,23 +67,42 @@ func WithXRateLimitUnix() Option {
 	return func(o *options) { o.xstyle = xUnix }
 }
 
-// setHeaders adds the RateLimit-Policy and RateLimit fields (and the
-// X-RateLimit fields, if chosen) for decision res under the rule's policy.
-func (m *middleware) setHeaders(h http.Header, res core.Result) {
-	p := m.rule.Policy
+// Fields returns the values of the RateLimit-Policy and RateLimit fields
+// that New sends for decision res under policy p (see above), and the
+// Retry-After of a denial in whole seconds ("" when res admits), so that
+// other transports send the same values: grpclimit sends them as gRPC
+// metadata.
+func Fields(p core.Policy, res core.Result) (policy, rateLimit, retry string) {
 	name := sfString(p.Name())
+	t := ceilSeconds(res.ResetAfter)
+	if !res.Allowed {
+		t = retryAfter(res)
+		retry = itoa(t)
+	}
+	policy = name + ";q=" + itoa(max(res.Limit, 0)) + ";w=" + itoa(window(p))
+	rateLimit = name + ";r=" + itoa(max(res.Remaining, 0)) + ";t=" + itoa(t)
+	return policy, rateLimit, retry
+}
+
+// setHeaders adds the RateLimit-Policy and RateLimit fields, sets
+// Retry-After on a denial, and sets the X-RateLimit fields if chosen, for
+// decision res under the rule's policy.
+func (m *middleware) setHeaders(h http.Header, res core.Result) {
+	policy, rateLimit, retry := Fields(m.rule.Policy, res)
+	h.Add("RateLimit-Policy", policy)
+	h.Add("RateLimit", rateLimit)
+	if retry != "" {
+		h.Set("Retry-After", retry)
+	}
+	if m.o.xstyle == xNone {
+		return
+	}
 	t, reset := ceilSeconds(res.ResetAfter), res.ResetAfter
 	if !res.Allowed {
 		t, reset = retryAfter(res), max(res.RetryAfter, time.Second)
 	}
-	q, r := itoa(max(res.Limit, 0)), itoa(max(res.Remaining, 0))
-	h.Add("RateLimit-Policy", name+";q="+q+";w="+itoa(window(p)))
-	h.Add("RateLimit", name+";r="+r+";t="+itoa(t))
-	if m.o.xstyle == xNone {
-		return
-	}
-	h.Set("X-RateLimit-Limit", q)
-	h.Set("X-RateLimit-Remaining", r)
+	h.Set("X-RateLimit-Limit", itoa(max(res.Limit, 0)))
+	h.Set("X-RateLimit-Remaining", itoa(max(res.Remaining, 0)))
 	if m.o.xstyle == xUnix {
 		at := m.o.now().Add(reset)
 		t = at.Unix()

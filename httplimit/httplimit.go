@@ -234,7 +234,6 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	m.setHeaders(w.Header(), res)
 	r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, decision{res: res, policy: p.Name()}))
 	if !res.Allowed {
-		w.Header().Set("Retry-After", itoa(retryAfter(res)))
 		m.o.deny(w, r, res)
 		return
 	}

@@ -120,6 +120,11 @@ func TestHeaders(t *testing.T) {
 					break
 				}
 			}
+			// Fields gives other transports the same values.
+			policy, limit, retry := Fields(tt.p, tt.res)
+			if got, want := []string{policy, limit, retry}, []string{tt.policy, tt.limit, tt.retry}; fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("Fields = %q, want %q", got, want)
+			}
 		})
 	}
 }

@@ -15,6 +15,7 @@ deps:
 test: deps
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+	cd grpclimit && $(GO) vet ./... && $(GO) test -race -count=1 ./...
 	FUZZTIME=$(FUZZTIME) bash scripts/fuzz.sh
 
 # Every fuzz target for a longer budget (make test gives each 20s).

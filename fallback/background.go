@@ -3,11 +3,8 @@ package fallback
 import (
 	"context"
 	_ "embed"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"time"
 
@@ -198,11 +195,6 @@ func (l *Limiter) reconcile(ctx context.Context) error {
 		}
 	}
 	took := time.Since(start)
-	if l.o.StateDir != "" && l.log.pending() == 0 {
-		if err := os.Remove(l.statePath()); err != nil && !errors.Is(err, os.ErrNotExist) {
-			l.o.Logger.Warn("holdfast state file", "err", err)
-		}
-	}
 	l.lastRecon.Store(int64(took))
 	l.reconciles.Add(1)
 	l.o.Logger.Info("holdfast reconciled", "instance", l.o.ID, "grants", total, "took", took.String(), "pending", l.log.pending())
@@ -272,84 +264,6 @@ func (l *Limiter) Status() Status {
 // for the whole store, used only until the topology is known (Status.Shards
 // has each shard's state).
 func (l *Limiter) Breaker() *Breaker { return l.breaker }
-
-// savedBatch is a batch as written to the state dir.
-type savedBatch struct {
-	ID         string       `json:"id"`
-	Key        string       `json:"key"`
-	Policy     string       `json:"policy"`
-	Algorithm  string       `json:"algorithm"`
-	Limit      int64        `json:"limit"`
-	IntervalUS int64        `json:"interval_us"`
-	Seed       core.Seed    `json:"seed"`
-	Grants     []core.Grant `json:"grants"`
-}
-
-func (l *Limiter) statePath() string {
-	if l.tag != "" {
-		return filepath.Join(l.o.StateDir, "holdfast-"+l.o.ID+"."+l.tag+".outage-log.json")
-	}
-	return filepath.Join(l.o.StateDir, "holdfast-"+l.o.ID+".outage-log.json")
-}
-
-// saveState writes every unacknowledged batch to the state dir (or removes
-// the file when there is none), atomically.
-func (l *Limiter) saveState() error {
-	batches := l.log.seal()
-	path := l.statePath()
-	if len(batches) == 0 {
-		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return err
-		}
-		return nil
-	}
-	out := make([]savedBatch, len(batches))
-	for i, b := range batches {
-		out[i] = savedBatch{ID: b.ID, Key: b.Key, Policy: b.Policy.Name(), Algorithm: b.Policy.Algorithm().Name(),
-			Limit: b.Policy.Limit(), IntervalUS: b.Policy.Interval().Microseconds(), Seed: b.Seed, Grants: b.Grants}
-	}
-	data, err := json.Marshal(out)
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(l.o.StateDir, 0o700); err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return err
-	}
-	l.o.Logger.Info("holdfast saved outage log", "instance", l.o.ID, "batches", len(out), "path", path)
-	return os.Rename(tmp, path)
-}
-
-// loadState reads a saved outage log back; its batches keep their IDs, so
-// one that Redis applied before the stop is not counted again.
-func (l *Limiter) loadState() error {
-	data, err := os.ReadFile(l.statePath())
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	var saved []savedBatch
-	if err := json.Unmarshal(data, &saved); err != nil {
-		return fmt.Errorf("fallback: state file %s: %w", l.statePath(), err)
-	}
-	for _, s := range saved {
-		alg, err := algorithmByName(s.Algorithm)
-		if err != nil {
-			return fmt.Errorf("fallback: state file %s: %w", l.statePath(), err)
-		}
-		p, err := core.NewPolicy(s.Policy, alg, s.Limit, time.Duration(s.IntervalUS)*time.Microsecond)
-		if err != nil {
-			return fmt.Errorf("fallback: state file %s: %w", l.statePath(), err)
-		}
-		l.log.restore(&core.Batch{ID: s.ID, Key: s.Key, Policy: p, Seed: s.Seed, Grants: s.Grants})
-	}
-	return nil
-}
 
 func algorithmByName(name string) (core.Algorithm, error) {
 	switch name {

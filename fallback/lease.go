@@ -74,14 +74,10 @@ func algName(p core.Policy) string {
 // reply came in between. Restarting it from a known state older than its own
 // decisions would hand out again what it granted meanwhile.
 func (k *keyState) decideLease(p core.Policy, n, now, cost int64) core.Reply {
-	fresh := !k.leased || k.known.at > k.last
-	k.leased, k.last = true, max(k.last, now)
-	if fresh {
-		k.seed = core.Seed{Value: k.known.value, At: k.known.at}
-		if p.Algorithm().Name() == slidingwindow.Name {
-			k.seed.At = k.known.newest
-		}
+	if !k.leased || k.known.at > k.last {
+		k.startLease(p, now)
 	}
+	k.leased, k.last = true, max(k.last, now)
 	var r [core.ReplyLen]int64
 	switch algName(p) {
 	case tokenbucket.Name:
@@ -89,9 +85,6 @@ func (k *keyState) decideLease(p core.Policy, n, now, cost int64) core.Reply {
 		// Credit is shared in microseconds: a token costs n·t locally, and a
 		// full local bucket holds C·t, or one token when C < n.
 		full := max(p.Limit(), n) * t
-		if fresh {
-			k.tb, k.tbOK = tokenbucket.State{Credit: k.known.value, Last: k.known.at}, k.known.at > 0
-		}
 		var changed bool
 		var next tokenbucket.State
 		next, changed, r = tokenbucket.DecideCredit(k.tb, k.tbOK, now, full, n*t, cost)
@@ -100,15 +93,26 @@ func (k *keyState) decideLease(p core.Policy, n, now, cost int64) core.Reply {
 		}
 	case slidingwindow.Name:
 		w := p.Interval().Microseconds()
-		if fresh {
-			k.sw = weightedLog{}
-			if k.known.at > 0 && k.known.newest > now-w {
-				k.sw.add(k.known.newest, k.known.value)
-			}
-		}
 		r = k.sw.decide(now, max(p.Limit(), n), w, n, cost)
 	}
 	return core.Reply{Allowed: r[0] == 1, Remaining: r[1], RetryAfter: r[2], ResetAfter: r[3], Now: r[4]}
+}
+
+// startLease starts the lease of policy p from the known state, for a first
+// decision at now; the known state becomes its seed. The journal's replay
+// (keyState.charge) starts a restored lease the same way.
+func (k *keyState) startLease(p core.Policy, now int64) {
+	k.seed = core.Seed{Value: k.known.value, At: k.known.at}
+	switch algName(p) {
+	case tokenbucket.Name:
+		k.tb, k.tbOK = tokenbucket.State{Credit: k.known.value, Last: k.known.at}, k.known.at > 0
+	case slidingwindow.Name:
+		k.seed.At = k.known.newest
+		k.sw = weightedLog{}
+		if k.known.at > 0 && k.known.newest > now-p.Interval().Microseconds() {
+			k.sw.add(k.known.newest, k.known.value)
+		}
+	}
 }
 
 // weightedLog is a sliding window counted in sub-units: one local unit

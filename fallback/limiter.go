@@ -101,9 +101,29 @@ type Options struct {
 	// estimated size (the heap holds up to about 1.5× that). 0 means 64 MiB;
 	// a forgotten key gets a fresh share (policy/N) in an outage.
 	LeaseBytes int64
-	// StateDir, when set, is where Close writes an unreconciled outage log
-	// and where New reads it back, so a restart loses no usage.
+	// StateDir, when set, is where the instance keeps what it knows across
+	// a restart, continuously: one append-only journal per Limiter (and per
+	// Redis Cluster shard), holdfast-ID.journal, holding the outage log,
+	// the live instance count, the clock offset and the known states and
+	// leases of up to StateKeys keys. New reads it back: the grants are
+	// replayed once Redis answers (batch ids kept: none counts twice), and
+	// an instance restarted during an outage divides by the instance count
+	// it knew (never less than ExpectedInstances) and continues each key's
+	// lease where it stood instead of granting a fresh share. ID must stay
+	// the same across restarts (the default, hostname-pid, does not). See
+	// docs/state-dir.md.
 	StateDir string
+	// StateFlush is how often the journal is written and fsynced, all
+	// records since the last write at once (group commit); a decision only
+	// appends to a buffer in memory. After a SIGKILL at most the grants of
+	// the last StateFlush are lost (after a power loss, those and one
+	// fsync's); Close writes everything. 0 means 100ms.
+	StateFlush time.Duration
+	// StateKeys bounds the keys whose known state and lease the journal
+	// keeps: the most recently used (keys with grants not yet replayed are
+	// always kept). A key left out gets a fresh share (policy/N) in an
+	// outage after a restart. 0 means 10000.
+	StateKeys int
 	// Reconcile configures the replay.
 	Reconcile reconcile.Options
 	// Clock is the local time source. nil means time.Now.
@@ -166,6 +186,9 @@ type Limiter struct {
 	reconMu     sync.Mutex
 	cancel      context.CancelFunc
 	wg          sync.WaitGroup
+
+	// jnl is the state dir's journal; nil without StateDir.
+	jnl *journal
 }
 
 //go:embed members.lua
@@ -251,6 +274,9 @@ func newLimiter(store core.Store, o Options, tag string) (*Limiter, error) {
 		if to != Reconciling {
 			l.confirming.Store(false)
 		}
+		if from == Closed && l.jnl != nil {
+			l.jnl.outageBegan() // known states: no reply changes them now
+		}
 		if to == Closed {
 			l.closedSince.Store(l.o.Clock().UnixNano())
 			select {
@@ -277,7 +303,7 @@ func newLimiter(store core.Store, o Options, tag string) (*Limiter, error) {
 	}
 	l.rec = reconcile.New(ro)
 	if o.StateDir != "" {
-		if err := l.loadState(); err != nil {
+		if err := l.openJournal(); err != nil {
 			return nil, err
 		}
 	}
@@ -287,6 +313,15 @@ func newLimiter(store core.Store, o Options, tag string) (*Limiter, error) {
 func (o *Options) defaults() error {
 	if o.ExpectedInstances < 0 || o.Heartbeat < 0 || o.MaxLogGrants < 0 || o.LeaseBytes < 0 || o.ShrinkAfter < 0 {
 		return fmt.Errorf("%w: negative ExpectedInstances, Heartbeat, MaxLogGrants, LeaseBytes or ShrinkAfter", ErrInvalidOptions)
+	}
+	if o.StateFlush < 0 || o.StateKeys < 0 {
+		return fmt.Errorf("%w: negative StateFlush or StateKeys", ErrInvalidOptions)
+	}
+	if o.StateFlush == 0 {
+		o.StateFlush = defaultStateFlush
+	}
+	if o.StateKeys == 0 {
+		o.StateKeys = defaultStateKeys
 	}
 	if o.ID == "" {
 		host, _ := os.Hostname()
@@ -355,14 +390,17 @@ func (l *Limiter) Start(ctx context.Context) error {
 		return err
 	}
 	l.wg.Go(func() { l.background(ctx) })
+	if l.jnl != nil {
+		l.jnl.start()
+	}
 	if sh := core.ShardedOf(l.store); sh != nil && l.tag == "" {
 		l.startShards(ctx, sh)
 	}
 	return nil
 }
 
-// Close stops the background work and, with a StateDir, saves what Redis has
-// not acknowledged.
+// Close stops the background work and, with a StateDir, writes the journal
+// in full.
 func (l *Limiter) Close() error {
 	if l.cancel != nil {
 		l.cancel()
@@ -377,9 +415,7 @@ func (l *Limiter) Close() error {
 	l.breaker.Close()
 	l.leave()
 	defer l.leases.Close()
-	if l.o.StateDir != "" {
-		errs = append(errs, l.saveState())
-	}
+	errs = append(errs, l.jnl.close())
 	return errors.Join(errs...)
 }
 
@@ -501,6 +537,9 @@ func (l *Limiter) observe(skey string, p core.Policy, cost int64, sent time.Time
 		ks, _ := prev.(*keyState)
 		if ks == nil {
 			ks = &keyState{}
+			if l.jnl != nil {
+				l.jnl.track(skey, p)
+			}
 		}
 		ks.observe(p, rep)
 		ks.remember(p, cost, sent, rep)
@@ -522,6 +561,7 @@ func (l *Limiter) local(ctx context.Context, p core.Policy, key string, cost int
 		if _, err := l.log.addParts(key, p, core.Seed{}, g); err != nil {
 			return core.Result{Limit: p.Limit(), RetryAfter: time.Second, Mode: core.ModeFailOpen, Degraded: true}, nil
 		}
+		l.journalGrant(grantLogged, p, key, core.Seed{}, id, cost, g.At, 1)
 		return core.Result{Allowed: true, Limit: p.Limit(), Remaining: p.Limit(), Mode: core.ModeFailOpen, Degraded: true}, nil
 	}
 	n := l.instances.Load()
@@ -545,6 +585,9 @@ func (l *Limiter) local(ctx context.Context, p core.Policy, key string, cost int
 			if ks.live == nil || !ks.live.add(cost, rep.Now) {
 				ks.live, logErr = l.log.addParts(key, p, seed, core.Grant{ID: id, Cost: cost, At: rep.Now})
 			}
+			if logErr == nil {
+				l.journalGrant(grantLogged|grantLeased, p, key, seed, id, cost, rep.Now, n)
+			}
 		}
 		return ks, rep.ResetAfter + int64(time.Second/time.Microsecond)
 	})
@@ -560,9 +603,12 @@ func (l *Limiter) local(ctx context.Context, p core.Policy, key string, cost int
 		errs := l.rec.Reconcile(cctx, l.store, []core.Batch{b})
 		cancel()
 		if errs[0] == nil {
+			l.journalGrant(grantLeased, p, key, seed, id, cost, rep.Now, n)
 			return r, nil
 		}
-		_, logErr = l.log.addParts(key, p, seed, b.Grants[0])
+		if _, logErr = l.log.addParts(key, p, seed, b.Grants[0]); logErr == nil {
+			l.journalGrant(grantLogged|grantLeased, p, key, seed, id, cost, rep.Now, n)
+		}
 	}
 	if logErr != nil {
 		// Denied: a grant that cannot be logged would be lost usage.

@@ -401,9 +401,12 @@ func TestStateDirKeepsUsageAcrossRestart(t *testing.T) {
 	if err := first.lims[0].Close(); err != nil {
 		t.Fatal(err)
 	}
-	saved, err := filepath.Glob(filepath.Join(dir, "*.outage-log.json"))
-	if err != nil || len(saved) != 1 {
-		t.Fatalf("state dir holds %v (%v), want the one outage log Close wrote", saved, err)
+	saved, err := filepath.Glob(filepath.Join(dir, "*"))
+	if err != nil || len(saved) != 1 || filepath.Base(saved[0]) != "holdfast-app1.journal" {
+		t.Fatalf("state dir holds %v (%v), want the one journal", saved, err)
+	}
+	if n, err := fallback.JournalPending(dir, "app1"); err != nil || n == 0 {
+		t.Fatalf("journal holds %d pending grants (%v), want the outage log", n, err)
 	}
 	srv.Restart(t)
 	second := startInstances(t, "goredis", srv.URL(), 1, dir)
@@ -417,8 +420,11 @@ func TestStateDirKeepsUsageAcrossRestart(t *testing.T) {
 	if r, err := second.lims[0].Allow(ctx, p, "k"); err != nil || r.Allowed || r.Mode != core.ModeRedis {
 		t.Fatalf("after the restart: %+v, %v; want a Redis denial: the 10 tokens were spent", r, err)
 	}
-	if left, _ := filepath.Glob(filepath.Join(dir, "*.outage-log.json")); len(left) != 0 {
-		t.Fatalf("state file %v still there after its log was replayed", left)
+	for n, err := fallback.JournalPending(dir, "app1"); n > 0 || err != nil; n, err = fallback.JournalPending(dir, "app1") {
+		if time.Now().After(deadline) {
+			t.Fatalf("journal still holds %d pending grants (%v) after its log was replayed", n, err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -49,6 +49,9 @@ type outageLog struct {
 	// and hashing the key.
 	last                *openBatch
 	lastPolicy, lastKey string
+	// journal, with a state dir, records each batch sealed and
+	// acknowledged.
+	journal *journal
 }
 
 // newOutageLog returns an empty log whose batch IDs start with prefix, for
@@ -287,6 +290,9 @@ func (g *outageLog) seal() []core.Batch {
 			g.seq++
 			part.ID = g.prefix + ":" + strconv.FormatUint(g.seq, 10)
 			g.sealed = append(g.sealed, &part)
+			if g.journal != nil {
+				g.journal.sealed(&part) // under the lock: in order with the key's grants
+			}
 		}
 	}
 	out := make([]core.Batch, len(g.sealed))
@@ -303,6 +309,9 @@ func (g *outageLog) ack(batches []core.Batch, errs []error) {
 		if errs[i] == nil {
 			done[b.ID] = true
 		}
+	}
+	if g.journal != nil {
+		g.journal.acked(batches, errs)
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()

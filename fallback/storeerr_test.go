@@ -27,12 +27,16 @@ type failing struct {
 	core.Store
 	err atomic.Pointer[error]
 	// only, if set, limits the failures to scripts whose name starts with it.
-	only   string
+	only   atomic.Pointer[string]
 	failed atomic.Int64
 }
 
 func (f *failing) Run(ctx context.Context, s *core.Script, keys, args []string) ([]int64, error) {
-	if e := f.err.Load(); e != nil && strings.HasPrefix(s.Name(), f.only) {
+	only := ""
+	if o := f.only.Load(); o != nil {
+		only = *o
+	}
+	if e := f.err.Load(); e != nil && strings.HasPrefix(s.Name(), only) {
 		f.failed.Add(1)
 		return nil, *e
 	}
@@ -266,7 +270,8 @@ func TestReplayRefusedGoesBackToOpen(t *testing.T) {
 		}
 	}
 	pending := l.Status().PendingLog
-	store.only = "reconcile" // decisions and heartbeats pass; replays are refused
+	replays := "reconcile"
+	store.only.Store(&replays) // decisions and heartbeats pass; replays are refused
 	time.Sleep(300 * time.Millisecond)
 	if n := store.failed.Load(); n < 2 {
 		t.Fatalf("%d refused calls: the replay was not retried", n)

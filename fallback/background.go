@@ -8,8 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/holdfast/holdfast/algorithms/slidingwindow"
-	"github.com/holdfast/holdfast/algorithms/tokenbucket"
+	_ "github.com/holdfast/holdfast/algorithms" // a state dir names algorithms: register the built-in ones
 	"github.com/holdfast/holdfast/core"
 )
 
@@ -265,12 +264,5 @@ func (l *Limiter) Status() Status {
 // has each shard's state).
 func (l *Limiter) Breaker() *Breaker { return l.breaker }
 
-func algorithmByName(name string) (core.Algorithm, error) {
-	switch name {
-	case tokenbucket.Name:
-		return tokenbucket.Algorithm, nil
-	case slidingwindow.Name:
-		return slidingwindow.Algorithm, nil
-	}
-	return nil, fmt.Errorf("%w: algorithm %q", core.ErrUnknownPolicy, name)
-}
+// algorithmByName is the algorithm registered as name (core.Register).
+func algorithmByName(name string) (core.Algorithm, error) { return core.AlgorithmByName(name) }

@@ -87,8 +87,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/holdfast/holdfast/algorithms/slidingwindow"
-	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	"github.com/holdfast/holdfast/backend/memory"
 	"github.com/holdfast/holdfast/core"
 )
@@ -319,8 +317,8 @@ func (e *jenc) known(pi uint64, skey string, k known) {
 	s := e.open(recKnown)
 	e.uv(pi)
 	e.str(skey)
-	e.v(k.value)
-	e.v(k.newest)
+	e.v(k.seed.Value)
+	e.v(k.seed.At)
 	e.v(k.at)
 	e.close(s)
 }
@@ -329,8 +327,8 @@ func (e *jenc) lease(pi uint64, p core.Policy, skey string, k *keyState) {
 	s := e.open(recLease)
 	e.uv(pi)
 	e.str(skey)
-	e.v(k.known.value)
-	e.v(k.known.newest)
+	e.v(k.known.seed.Value)
+	e.v(k.known.seed.At)
 	e.v(k.known.at)
 	e.v(k.seed.Value)
 	e.v(k.seed.At)
@@ -342,53 +340,31 @@ func (e *jenc) lease(pi uint64, p core.Policy, skey string, k *keyState) {
 	e.close(s)
 }
 
-// appendLease appends the algorithm's state of k's lease, encoded as the
-// algorithm's core.Lease.AppendBinary does.
-func appendLease(b []byte, p core.Policy, k *keyState) []byte {
-	switch algName(p) {
-	case tokenbucket.Name:
-		ok := int64(0)
-		if k.tbOK {
-			ok = 1
-		}
-		b = binary.AppendVarint(b, k.tb.Credit)
-		b = binary.AppendVarint(b, k.tb.Last)
-		b = binary.AppendVarint(b, ok)
-	case slidingwindow.Name:
-		b = binary.AppendVarint(b, int64(len(k.sw.at)))
-		for i := range k.sw.at {
-			b = binary.AppendVarint(b, k.sw.at[i])
-			b = binary.AppendVarint(b, k.sw.w[i])
-		}
+// appendLease appends k's lease as its algorithm encodes it
+// (core.Lease.AppendBinary); nothing when k has no lease.
+func appendLease(b []byte, _ core.Policy, k *keyState) []byte {
+	if k.lease == nil {
+		return b
 	}
-	return b
+	return k.lease.AppendBinary(b)
 }
 
-// loadLease decodes appendLease's bytes into k.
+// loadLease decodes appendLease's bytes into k, with p's algorithm's
+// core.Leaser.LoadLease.
 func loadLease(p core.Policy, data []byte, k *keyState) bool {
-	d := jdec{b: data}
-	switch algName(p) {
-	case tokenbucket.Name:
-		k.tb = tokenbucket.State{Credit: d.v(), Last: d.v()}
-		ok := d.v()
-		k.tbOK = ok == 1
-		if ok < 0 || ok > 1 {
-			return false
-		}
-	case slidingwindow.Name:
-		n := d.v()
-		if n < 0 || n > int64(len(d.b)/2) {
-			return false
-		}
-		if n > 0 {
-			k.sw.at, k.sw.w = make([]int64, n), make([]int64, n)
-			for i := range n {
-				k.sw.at[i], k.sw.w[i] = d.v(), d.v()
-				k.sw.sum += k.sw.w[i]
-			}
-		}
+	if len(data) == 0 {
+		return true // no lease was written
 	}
-	return d.ok()
+	lr, ok := p.Algorithm().(core.Leaser)
+	if !ok {
+		return false
+	}
+	l, err := lr.LoadLease(p, data)
+	if err != nil {
+		return false
+	}
+	k.lease = l
+	return true
 }
 
 func (e *jenc) sealed(pi uint64, b *core.Batch) {
@@ -630,7 +606,7 @@ func (st *jstate) apply(b []byte) error {
 	case recKnown:
 		p, _ := pol()
 		skey := d.bytes()
-		kn := known{value: d.v(), newest: d.v(), at: d.v()}
+		kn := known{seed: core.Seed{Value: d.v(), At: d.v()}, at: d.v()}
 		if !d.ok() {
 			return errBadRec
 		}
@@ -641,7 +617,7 @@ func (st *jstate) apply(b []byte) error {
 		p, _ := pol()
 		skey := d.bytes()
 		var ks keyState
-		ks.known = known{value: d.v(), newest: d.v(), at: d.v()}
+		ks.known = known{seed: core.Seed{Value: d.v(), At: d.v()}, at: d.v()}
 		ks.seed = core.Seed{Value: d.v(), At: d.v()}
 		ks.leased, ks.last = d.byte1() == 1, d.v()
 		blob := d.bytes()
@@ -698,7 +674,7 @@ func (st *jstate) grant(flags byte, p core.Policy, n int64, skey []byte, seed co
 	if flags&grantLeased != 0 {
 		if !k.ks.leased || k.ks.seed != seed {
 			// The lease (re)started from the known state this seed is.
-			k.ks.known = known{value: seed.Value, newest: seed.At, at: seed.At}
+			k.ks.known = known{seed: seed, at: seed.At}
 			k.ks.leased = false
 		}
 		k.ks.charge(p, n, gr.At, gr.Cost)
@@ -714,7 +690,7 @@ func (st *jstate) grant(flags byte, p core.Policy, n int64, skey []byte, seed co
 func (st *jstate) addOpen(k *jkey, gr core.Grant, seed core.Seed, whole bool) {
 	if len(k.open) == 0 {
 		k.seed = seed
-	} else if !whole && gr.ID == "" && algName(k.p) == tokenbucket.Name && gr.At-k.group < coalesceMicros {
+	} else if !whole && gr.ID == "" && coalesces(k.p) && gr.At-k.group < coalesceMicros {
 		last := &k.open[len(k.open)-1]
 		last.Cost += gr.Cost
 		last.At = max(last.At, gr.At)
@@ -734,10 +710,11 @@ func (st *jstate) addOpen(k *jkey, gr core.Grant, seed core.Seed, whole bool) {
 func (st *jstate) compactOpen(now int64) {
 	for _, k := range st.keys {
 		n := len(k.open)
-		if n < 2 && (n == 0 || algName(k.p) == tokenbucket.Name) {
+		co := coalesces(k.p)
+		if n < 2 && (n == 0 || co) {
 			continue
 		}
-		if algName(k.p) == tokenbucket.Name {
+		if co {
 			m := k.open[n-1]
 			for _, g := range k.open[:n-1] {
 				m.Cost += g.Cost
@@ -745,8 +722,7 @@ func (st *jstate) compactOpen(now int64) {
 			}
 			k.open = append(k.open[:0], m)
 		} else {
-			w := k.p.Interval().Microseconds()
-			k.open = slices.DeleteFunc(k.open, func(g core.Grant) bool { return g.At <= now-w })
+			k.open = slices.DeleteFunc(k.open, func(g core.Grant) bool { return outdated(k.p, g.At, now) })
 		}
 		st.open -= n - len(k.open)
 	}
@@ -761,23 +737,13 @@ func (st *jstate) compactOpen(now int64) {
 // several, at the latest of their times) leaves the lease with at most the
 // credit the single grants would have.
 func (k *keyState) charge(p core.Policy, n, at, cost int64) {
-	if !k.leased {
-		k.startLease(p, at)
+	if !k.leased || k.lease == nil {
+		if !k.startLease(p, at) {
+			return
+		}
 	}
 	k.leased, k.last = true, max(k.last, at)
-	switch algName(p) {
-	case tokenbucket.Name:
-		t := p.Interval().Microseconds()
-		full := max(p.Limit(), n) * t
-		credit := full
-		if k.tbOK {
-			credit = k.tb.At(at, full)
-		}
-		k.tb, k.tbOK = tokenbucket.State{Credit: credit - cost*n*t, Last: at}, true
-	case slidingwindow.Name:
-		k.sw.trim(at, p.Interval().Microseconds())
-		k.sw.add(at, cost*n)
-	}
+	k.lease.Charge(p, n, at, cost)
 }
 
 // prune keeps the known states and leases of at most max keys besides the
@@ -944,13 +910,18 @@ func (l *Limiter) restore(st *jstate, dropped int) jrestored {
 			continue
 		}
 		ks := k.ks
-		ks.sw.at, ks.sw.w = slices.Clone(ks.sw.at), slices.Clone(ks.sw.w)
-		// Kept for as long as a lease or known state can matter: until
-		// the key's local bucket has refilled, or two windows.
-		ttl := 2*k.p.Interval().Microseconds() + int64(time.Second/time.Microsecond)
-		if algName(k.p) == tokenbucket.Name {
-			ttl = max(k.p.Limit(), r.instances)*k.p.Interval().Microseconds() + int64(time.Second/time.Microsecond)
+		if ks.lease != nil {
+			// The mirror keeps its own: the live one gets a copy.
+			if lr, ok := k.p.Algorithm().(core.Leaser); ok {
+				if l, err := lr.LoadLease(k.p, ks.lease.AppendBinary(nil)); err == nil {
+					ks.lease = l
+				}
+			}
 		}
+		// Kept for as long as a lease or known state can matter: twice the
+		// policy's quota window (a token bucket refilled; a window and
+		// the one before), at the instance count's share.
+		ttl := leaseTTL(k.p, r.instances)
 		l.leases.Update(skey, func(any, int64) (any, int64) { return &ks, ttl })
 		r.keys++
 	}
@@ -1007,7 +978,7 @@ func (j *journal) grant(flags byte, p core.Policy, key string, seed core.Seed, i
 	}
 	pi := j.enc.policy(p)
 	_, keyOff := j.enc.grant(flags, pi, n, j.keyPrefix, p.Name(), key, "", seed, id, cost, at)
-	if id == "" && algName(p) == tokenbucket.Name {
+	if id == "" && coalesces(p) {
 		*c = jcoal{off: len(j.enc.buf) - 20, keyOff: keyOff, keyLen: len(key), name: p.Name(), flags: flags, n: n, seed: seed, start: at, at: at}
 	} else {
 		c.off = -1
@@ -1295,4 +1266,19 @@ func (l *Limiter) journalGrant(flags byte, p core.Policy, key string, seed core.
 	if l.jnl != nil {
 		l.jnl.grant(flags, p, key, seed, id, cost, at, n)
 	}
+}
+
+// leaseTTL is how long a restored key's state is kept: twice its policy's
+// quota window (core.Quotaer; else its interval), scaled up when the share
+// of n instances is one unit, plus a second.
+func leaseTTL(p core.Policy, n int64) int64 {
+	units, w := p.Limit(), p.Interval()
+	if q, ok := p.Algorithm().(core.Quotaer); ok {
+		units, w = q.Quota(p)
+	}
+	ttl := 2 * w.Microseconds()
+	if n > units && units > 0 {
+		ttl = ttl / units * n
+	}
+	return ttl + int64(time.Second/time.Microsecond)
 }

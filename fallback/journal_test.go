@@ -127,7 +127,8 @@ func TestJournalTruncatedAnywhere(t *testing.T) {
 			}
 			l.log.ack(batches, errs)
 		case 30:
-			l.jnl.known(tb, core.StorageKey(l.o.Prefix, "tb", "k9"), known{value: 7, at: clk.us.Load()})
+			now := clk.us.Load()
+			l.jnl.known(tb, core.StorageKey(l.o.Prefix, "tb", "k9"), known{seed: core.Seed{Value: 7, At: now}, at: now})
 		}
 		flush()
 	}

@@ -576,10 +576,10 @@ func (l *Limiter) local(ctx context.Context, p core.Policy, key string, cost int
 		if ks == nil {
 			ks = &keyState{}
 		}
-		rep = ks.decideLease(p, n, now, cost)
+		rep, _ = ks.decideLease(p, n, now, cost) // an algorithm without a lease denies
 		seed = ks.seed
 		if rep.Allowed && !confirming {
-			// Logged under the key's lock: a token bucket grant joins the
+			// Logged under the key's lock: a coalescing grant joins the
 			// key's live log entry without the log's lock when it can.
 			logged = true
 			if ks.live == nil || !ks.live.add(cost, rep.Now) {

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	"github.com/holdfast/holdfast/core"
 )
 
@@ -71,6 +70,9 @@ type openBatch struct {
 	// reopened for each group.
 	live   liveGrant
 	isLive bool
+	// coalesce is the policy's algorithm's rule (coalesces): its grants
+	// join a live grant.
+	coalesce bool
 }
 
 // liveGrant is an open batch's last token bucket grant while grants still
@@ -183,18 +185,17 @@ func (g *outageLog) openLocked(key string, p core.Policy, seed core.Seed, now in
 	if err := g.roomLocked(now); err != nil {
 		return nil, err
 	}
-	b := &openBatch{Batch: core.Batch{Key: key, Policy: p, Seed: seed}}
+	b := &openBatch{Batch: core.Batch{Key: key, Policy: p, Seed: seed}, coalesce: coalesces(p)}
 	b.live.cost.Store(-1)
 	g.open[key] = b
 	return b, nil
 }
 
 // appendLocked adds gr to b: to its live grant when they coalesce (see
-// openBatch), else as a new grant if the log has room. A token bucket
+// openBatch), else as a new grant if the log has room. A coalescing
 // batch's new grant is live, returned.
 func (g *outageLog) appendLocked(b *openBatch, gr core.Grant) (*liveGrant, error) {
-	tb := algName(b.Policy) == tokenbucket.Name
-	if tb && b.isLive && b.live.add(gr.Cost, gr.At) {
+	if b.coalesce && b.isLive && b.live.add(gr.Cost, gr.At) {
 		return &b.live, nil
 	}
 	if err := g.roomLocked(gr.At); err != nil {
@@ -203,7 +204,7 @@ func (g *outageLog) appendLocked(b *openBatch, gr core.Grant) (*liveGrant, error
 	b.closeLive()
 	b.Grants = append(b.Grants, gr)
 	g.grants++
-	if !tb {
+	if !b.coalesce {
 		return nil, nil
 	}
 	return b.openLive(gr), nil
@@ -245,9 +246,8 @@ func (g *outageLog) compactLocked(now int64) {
 				b.live.cost.Add(cost)
 				b.Grants = append(b.Grants[:0], b.Grants[n-1])
 			}
-		} else if algName(b.Policy) != tokenbucket.Name {
-			w := b.Policy.Interval().Microseconds()
-			b.Grants = slices.DeleteFunc(b.Grants, func(x core.Grant) bool { return x.At <= now-w })
+		} else if !b.coalesce {
+			b.Grants = slices.DeleteFunc(b.Grants, func(x core.Grant) bool { return outdated(b.Policy, x.At, now) })
 		}
 		g.grants -= n - len(b.Grants)
 	}

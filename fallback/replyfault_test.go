@@ -285,8 +285,16 @@ func TestFrozenDefaultDeadline(t *testing.T) {
 	t.Parallel()
 	const deadline = 50 * time.Millisecond // fallback.BreakerOptions' default CallTimeout
 	tb, _ := tokenbucket.Policy("tb", 10, 20)
-	for _, backend := range []string{"goredis", "rueidis"} {
-		t.Run(backend, func(t *testing.T) {
+	for _, tc := range []struct {
+		backend string
+		p       core.Policy
+	}{{"goredis", tb}, {"rueidis", tb}} {
+		backend, tb := tc.backend, tc.p
+		name := backend
+		if tb.Algorithm() != tokenbucket.Algorithm {
+			name += "/" + tb.Algorithm().Name()
+		}
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.Start(t)
 			urls := []string{srv.URL(), srv.URL(), srv.URL(), srv.URL()}

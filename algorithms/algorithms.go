@@ -6,6 +6,7 @@
 package algorithms
 
 import (
+	_ "github.com/holdfast/holdfast/algorithms/slidingcounter"
 	_ "github.com/holdfast/holdfast/algorithms/slidingwindow"
 	_ "github.com/holdfast/holdfast/algorithms/tokenbucket"
 )

@@ -181,7 +181,7 @@ func TestLoadRejects(t *testing.T) {
 		{"duplicate path", policies(tbPolicy, sw("path", "path: /api/tb")), []string{`policy "sw"`, `path: "/api/tb" is already the path of policy "tb"`}, false},
 
 		// Token bucket numbers.
-		{"window on a token bucket", policies(tb("", "window: 2s")), []string{`policy "tb"`, "window: not a token_bucket field (it belongs to sliding_window)"}, true},
+		{"window on a token bucket", policies(tb("", "window: 2s")), []string{`policy "tb"`, "window: not a token_bucket field (it belongs to sliding_window or sliding_window_counter)"}, true},
 		{"limit on a token bucket", policies(tb("", "limit: 2")), []string{`policy "tb"`, "limit: not a token_bucket field"}, true},
 		{"missing capacity", policies(tb("capacity", "")), []string{`policy "tb"`, "capacity: required"}, false},
 		{"zero capacity", policies(tb("capacity", "capacity: 0")), []string{`policy "tb"`, "capacity: must be a positive integer, got 0"}, true},

@@ -238,7 +238,7 @@ func TestPoliciesLoad(t *testing.T) {
 			t.Errorf("policy %s keyed by %s, want the X-Client-ID header nginx passes", p.Name, p.Key)
 		}
 	}
-	if !slices.Equal(paths, []string{"/api/tb", "/api/sw"}) {
+	if !slices.Equal(paths, []string{"/api/tb", "/api/sw", "/api/sc"}) {
 		t.Errorf("paths %v", paths)
 	}
 }

@@ -30,6 +30,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/holdfast/holdfast/algorithms/slidingcounter"
 	"github.com/holdfast/holdfast/algorithms/slidingwindow"
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 )
@@ -158,6 +159,12 @@ policies:
     limit: 20
     window: 2s
     key: header:X-Client-ID
+  - name: sc
+    path: /api/sc
+    algorithm: sliding_window_counter
+    limit: 20
+    window: 2s
+    key: header:X-Client-ID
 `
 
 // demoRoutes returns the routes of demoConfig.
@@ -170,7 +177,11 @@ func demoRoutes() []Route {
 	if err != nil {
 		panic(err)
 	}
-	return []Route{{Name: "tb", Path: "/api/tb", Policy: tb}, {Name: "sw", Path: "/api/sw", Policy: sw}}
+	sc, err := slidingcounter.Policy("sc", 20, 2*time.Second)
+	if err != nil {
+		panic(err)
+	}
+	return []Route{{Name: "tb", Path: "/api/tb", Policy: tb}, {Name: "sw", Path: "/api/sw", Policy: sw}, {Name: "sc", Path: "/api/sc", Policy: sc}}
 }
 
 // Run runs the cluster with o (already validated).

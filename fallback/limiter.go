@@ -284,7 +284,16 @@ func newLimiter(store core.Store, o Options, tag string) (*Limiter, error) {
 			default:
 			}
 		}
-		attrs := []any{"instance", l.o.ID, "from", from.String(), "to", to.String(), "cause", fmt.Sprint(l.breaker.Cause())}
+		attrs := []any{"instance", l.o.ID, "from", from.String(), "to", to.String()}
+		if cause := l.breaker.Cause(); to == Open && cause != nil {
+			// The class and reason first (bounded: docs/errors.md), then the
+			// text, which may name keys.
+			class, reason := core.ClassOf(cause).String(), core.ReasonOf(cause)
+			if errors.Is(cause, ErrSlowCall) {
+				class, reason = core.ClassUnavailable.String(), "slow"
+			}
+			attrs = append(attrs, "class", class, "reason", reason, "cause", cause.Error())
+		}
 		if l.tag != "" {
 			attrs = append(attrs, "shard", l.tag)
 		}

@@ -138,6 +138,9 @@ func TestStoreErrorClasses(t *testing.T) {
 			if !strings.Contains(l.Breaker().Cause().Error(), tc.reason) && tc.reason != "malformed" {
 				t.Fatalf("breaker cause %v does not name %s", l.Breaker().Cause(), tc.reason)
 			}
+			if want := "to=open class=" + tc.class + " reason=" + tc.reason; !strings.Contains(logs.String(), want) {
+				t.Fatalf("the breaker's log line lacks %q: %s", want, logs.String())
+			}
 			if tc.class == "unknown" && !strings.Contains(logs.String(), "not recognised") {
 				t.Fatalf("an unrecognised error was not logged: %s", logs.String())
 			}

@@ -124,16 +124,32 @@ func (l *Limiter) run(ctx context.Context, p Policy, key string, cost int64, id 
 }
 
 // result turns a reply into a Result.
-func (l *Limiter) result(p Policy, r Reply) Result {
+func (l *Limiter) result(p Policy, r Reply) Result { return ResultOf(p.limit, r, l.mode, false) }
+
+// ResultOf is the Result of decision reply r against a limit of limit
+// units, decided in mode (degraded when the shared store was not
+// consulted): the one conversion every limiter, core's and fallback's,
+// makes.
+func ResultOf(limit int64, r Reply, mode Mode, degraded bool) Result {
 	return Result{
 		Allowed:    r.Allowed,
-		Limit:      p.limit,
+		Limit:      limit,
 		Remaining:  r.Remaining,
 		RetryAfter: time.Duration(r.RetryAfter) * time.Microsecond,
 		ResetAfter: time.Duration(r.ResetAfter) * time.Microsecond,
-		Mode:       l.mode,
+		Mode:       mode,
+		Degraded:   degraded,
 	}
 }
+
+// A Decider decides whether key may spend cost units of policy p now, as
+// Limiter and fallback.Limiter do: what the HTTP middleware, the gRPC
+// interceptors and the metrics wrapper take.
+type Decider interface {
+	AllowN(ctx context.Context, p Policy, key string, cost int64) (Result, error)
+}
+
+var _ Decider = (*Limiter)(nil)
 
 // Key returns the storage key of client key under policy p:
 // prefix + "{" + policy + ":" + key + "}". The braces are a Redis Cluster

@@ -135,6 +135,9 @@ type Options struct {
 	// memory until its retry time (on by default: a client hammering past
 	// its limit then costs no Redis round trip).
 	NoDenialMemory bool
+	// NewID returns a unique request id for an algorithm that needs one
+	// (a sliding window's member). nil means core.NewRequestID.
+	NewID func() string
 	// Logger receives breaker transitions and reconciliations. nil means
 	// slog.Default().
 	Logger *slog.Logger
@@ -193,6 +196,8 @@ type Limiter struct {
 
 //go:embed members.lua
 var membersSource string
+
+var _ core.Decider = (*Limiter)(nil)
 
 var membersScript = core.NewScript("members", membersSource, membersLocal)
 
@@ -359,6 +364,9 @@ func (o *Options) defaults() error {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if o.NewID == nil {
+		o.NewID = core.NewRequestID
+	}
 	return nil
 }
 
@@ -460,7 +468,7 @@ func (l *Limiter) decide(ctx context.Context, p core.Policy, key string, cost in
 	}
 	var id string
 	if p.Algorithm().NeedsID() {
-		id = core.NewRequestID()
+		id = l.o.NewID()
 	}
 	if closed {
 		r, err := l.remote(ctx, gen, p, key, cost, id)
@@ -497,7 +505,7 @@ func (l *Limiter) remote(ctx context.Context, gen uint64, p core.Policy, key str
 		if rep, err = core.ParseReply(raw); err == nil {
 			l.breaker.Done(gen, nil, took)
 			l.observe(skey, p, cost, start, rep)
-			return result(p.Limit(), rep, l.sharedMode, false), nil
+			return core.ResultOf(p.Limit(), rep, l.sharedMode, false), nil
 		}
 	}
 	if ctx.Err() != nil {
@@ -600,7 +608,7 @@ func (l *Limiter) local(ctx context.Context, p core.Policy, key string, cost int
 		}
 		return ks, rep.ResetAfter + int64(time.Second/time.Microsecond)
 	})
-	r := result(share(p.Limit(), n), rep, core.ModeLocal, true)
+	r := core.ResultOf(share(p.Limit(), n), rep, core.ModeLocal, true)
 	if r.Allowed && !logged { // confirming: not logged above
 		// Redis is back and this instance's log is replayed: the grant is
 		// replayed at once, in the recovery's merge log, instead of waiting
@@ -626,14 +634,3 @@ func (l *Limiter) local(ctx context.Context, p core.Policy, key string, cost int
 	return r, nil
 }
 
-func result(limit int64, r core.Reply, mode core.Mode, degraded bool) core.Result {
-	return core.Result{
-		Allowed:    r.Allowed,
-		Limit:      limit,
-		Remaining:  r.Remaining,
-		RetryAfter: time.Duration(r.RetryAfter) * time.Microsecond,
-		ResetAfter: time.Duration(r.ResetAfter) * time.Microsecond,
-		Mode:       mode,
-		Degraded:   degraded,
-	}
-}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast/holdfast/algorithms/slidingwindow"
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	"github.com/holdfast/holdfast/backend/memory"
 	"github.com/holdfast/holdfast/core"
@@ -345,5 +346,30 @@ func TestOverMemoryStore(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	if admitted != 2 || l.Breaker().State() != fallback.Closed || l.Status().Instances != 1 {
 		t.Fatalf("admitted %d of capacity 2, %+v", admitted, l.Status())
+	}
+}
+
+// TestNewIDOption: the request ids a sliding window keeps come from
+// Options.NewID, as core.Options.NewID does for core's limiter.
+func TestNewIDOption(t *testing.T) {
+	store, err := memory.New(memory.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	var n atomic.Int64
+	l, err := fallback.New(store, fallback.Options{ID: "ids", Logger: testLogger(),
+		NewID: func() string { return "id-" + strconv.FormatInt(n.Add(1), 10) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := slidingwindow.Policy("sw", 10, time.Minute)
+	for range 3 {
+		if _, err := l.Allow(context.Background(), p, "k"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n.Load() != 3 {
+		t.Fatalf("NewID called %d times for 3 sliding window decisions", n.Load())
 	}
 }

@@ -80,10 +80,9 @@ import (
 	"github.com/holdfast/holdfast/httplimit"
 )
 
-// Limiter decides calls; *core.Limiter and *fallback.Limiter implement it.
-type Limiter interface {
-	AllowN(ctx context.Context, p core.Policy, key string, cost int64) (core.Result, error)
-}
+// Limiter decides calls: core.Decider, which *core.Limiter and
+// *fallback.Limiter implement.
+type Limiter = core.Decider
 
 var _ Limiter = (*core.Limiter)(nil)
 

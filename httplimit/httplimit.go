@@ -40,11 +40,9 @@ import (
 	"github.com/holdfast/holdfast/core"
 )
 
-// Limiter decides requests; *core.Limiter and *fallback.Limiter implement
-// it.
-type Limiter interface {
-	AllowN(ctx context.Context, p core.Policy, key string, cost int64) (core.Result, error)
-}
+// Limiter decides requests: core.Decider, which *core.Limiter and
+// *fallback.Limiter implement.
+type Limiter = core.Decider
 
 var _ Limiter = (*core.Limiter)(nil)
 

@@ -144,11 +144,9 @@ func (m *Metrics) Watch(status func() fallback.Status) {
 	})
 }
 
-// A Decider decides one request, as core.Limiter and fallback.Limiter do
-// (and httplimit.Limiter wants).
-type Decider interface {
-	AllowN(ctx context.Context, p core.Policy, key string, cost int64) (core.Result, error)
-}
+// A Decider decides one request: core.Decider, which core.Limiter and
+// fallback.Limiter implement.
+type Decider = core.Decider
 
 // Limiter returns d counting each decision by policy, result and mode. The
 // key is never recorded.

@@ -633,4 +633,3 @@ func (l *Limiter) local(ctx context.Context, p core.Policy, key string, cost int
 	}
 	return r, nil
 }
-

@@ -76,8 +76,7 @@ func (l *Limiter) setInstances(n int64) {
 // logged after the last replay (requests decided locally while the breaker
 // was closing, or a log read back from the state dir).
 func (l *Limiter) background(ctx context.Context) {
-	t := time.NewTicker(l.o.Heartbeat)
-	defer t.Stop()
+	tick := l.o.After(l.o.Heartbeat)
 	for {
 		select {
 		case <-ctx.Done():
@@ -87,7 +86,8 @@ func (l *Limiter) background(ctx context.Context) {
 				l.flush(ctx, gen)
 			}
 			continue
-		case <-t.C:
+		case <-tick:
+			tick = l.o.After(l.o.Heartbeat)
 		}
 		if set := l.shards.Load(); set != nil && set.covered && l.log.pending() == 0 {
 			// The shards' cells decide every key now; this whole-store
@@ -166,7 +166,7 @@ func (l *Limiter) recover(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(min(wait, 2*ahead)):
+		case <-l.o.After(min(wait, 2*ahead)):
 		}
 	}
 	return nil
@@ -177,7 +177,7 @@ func (l *Limiter) recover(ctx context.Context) error {
 func (l *Limiter) reconcile(ctx context.Context) error {
 	l.reconMu.Lock()
 	defer l.reconMu.Unlock()
-	start := time.Now()
+	start := l.o.Clock()
 	total := 0
 	for round := 0; round < 20; round++ {
 		batches := l.log.seal()
@@ -193,7 +193,7 @@ func (l *Limiter) reconcile(ctx context.Context) error {
 			return fmt.Errorf("fallback: reconcile: %w", err)
 		}
 	}
-	took := time.Since(start)
+	took := l.o.Clock().Sub(start)
 	l.lastRecon.Store(int64(took))
 	l.reconciles.Add(1)
 	l.o.Logger.Info("holdfast reconciled", "instance", l.o.ID, "grants", total, "took", took.String(), "pending", l.log.pending())

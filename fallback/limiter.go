@@ -126,8 +126,15 @@ type Options struct {
 	StateKeys int
 	// Reconcile configures the replay.
 	Reconcile reconcile.Options
-	// Clock is the local time source. nil means time.Now.
+	// Clock is the local time source. nil means time.Now. It is also the
+	// breaker's, unless BreakerOptions.Clock is set.
 	Clock func() time.Time
+	// After waits like time.After, for every timer of the Limiter: the
+	// breaker's probe interval and jitter (unless BreakerOptions.After is
+	// set), the recovery barrier, the heartbeat and the retry of a cluster's
+	// topology. Tests inject it with Clock to step an outage and its
+	// recovery without sleeping. nil means time.After.
+	After func(d time.Duration) <-chan time.Time
 	// micros is Clock in microseconds since the Unix epoch: the leases'
 	// and the outage log's time source.
 	micros func() int64
@@ -266,6 +273,12 @@ func newLimiter(store core.Store, o Options, tag string) (*Limiter, error) {
 	l.leases = leases
 	l.log = newOutageLog(o.ID+":"+uuid.NewString()[:8], o.Prefix, o.MaxLogGrants)
 	bo := o.Breaker
+	if bo.Clock == nil {
+		bo.Clock = o.Clock
+	}
+	if bo.After == nil {
+		bo.After = o.After
+	}
 	bo.Probe = l.probe
 	bo.Reconcile = l.recover
 	if bo.Jitter == 0 {
@@ -353,6 +366,9 @@ func (o *Options) defaults() error {
 	}
 	if o.MaxLogGrants == 0 {
 		o.MaxLogGrants = 1 << 20
+	}
+	if o.After == nil {
+		o.After = time.After
 	}
 	if o.Clock == nil {
 		o.Clock = time.Now

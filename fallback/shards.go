@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/holdfast/holdfast/core"
 )
@@ -77,13 +76,11 @@ func (l *Limiter) startShards(ctx context.Context, sh core.Sharded) {
 		return
 	}
 	l.wg.Go(func() {
-		t := time.NewTicker(l.o.Heartbeat)
-		defer t.Stop()
 		for {
 			select {
 			case <-ctx.Done():
 				return
-			case <-t.C:
+			case <-l.o.After(l.o.Heartbeat):
 				if l.tryShards(ctx, sh) {
 					return
 				}

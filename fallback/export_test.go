@@ -22,6 +22,9 @@ func (l *Limiter) Crash() {
 	l.wg.Wait()
 	l.breaker.Close()
 	l.leases.Close()
+	if l.stateLock != nil {
+		l.stateLock.Close() // a killed process's locks go with it
+	}
 }
 
 // Restored is what New read back from the state dir.

@@ -65,7 +65,8 @@ func ParseOutageMode(s string) (OutageMode, error) {
 // documented default.
 type Options struct {
 	// ID names this instance in the membership set and in batch IDs. ""
-	// means hostname-pid.
+	// means hostname-pid, or with a StateDir the ID of the dir's instance
+	// slot (see StateDir).
 	ID string
 	// Prefix starts every storage key. "" means core.DefaultPrefix.
 	Prefix string
@@ -112,6 +113,13 @@ type Options struct {
 	// lease where it stood instead of granting a fresh share. ID must stay
 	// the same across restarts (the default, hostname-pid, does not). See
 	// docs/state-dir.md.
+	//
+	// The dir belongs to one live process per ID: New locks it (a second
+	// instance with the same ID and dir is an error). Without an ID, New
+	// claims the first free instance slot of the dir and takes the ID kept
+	// there, so a restarted instance finds its journal again under the same
+	// ID whatever its pid or hostname; several instances may share one dir
+	// that way.
 	StateDir string
 	// StateFlush is how often the journal is written and fsynced, all
 	// records since the last write at once (group commit); a decision only
@@ -171,6 +179,9 @@ type Limiter struct {
 	// to the cell of its shard (see shards.go).
 	shards atomic.Pointer[shardSet]
 	user   func(from, to State) // the caller's OnStateChange
+	// stateLock holds the state dir's lock for this ID (claimState) until
+	// Close; nil without a state dir.
+	stateLock *os.File
 	// sharedMode is the Mode of a decision through the store: ModeRedis,
 	// or ModeLocal for a store that keeps its state in this process.
 	sharedMode core.Mode
@@ -244,10 +255,25 @@ func New(store core.Store, o Options) (*Limiter, error) {
 	if store == nil {
 		return nil, errors.New("fallback: nil store")
 	}
+	var lock *os.File
+	if o.StateDir != "" {
+		id, f, err := claimState(o.StateDir, o.ID)
+		if err != nil {
+			return nil, err
+		}
+		o.ID, lock = id, f
+	}
 	if err := o.defaults(); err != nil {
+		lock.Close()
 		return nil, err
 	}
-	return newLimiter(store, o, "")
+	l, err := newLimiter(store, o, "")
+	if err != nil {
+		lock.Close()
+		return nil, err
+	}
+	l.stateLock = lock
+	return l, nil
 }
 
 // newLimiter builds the Limiter for the whole store (tag "") or the cell of
@@ -449,6 +475,9 @@ func (l *Limiter) Close() error {
 	l.leave()
 	defer l.leases.Close()
 	errs = append(errs, l.jnl.close())
+	if l.stateLock != nil {
+		l.stateLock.Close() // the state dir is free for the next process
+	}
 	return errors.Join(errs...)
 }
 

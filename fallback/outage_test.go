@@ -404,9 +404,9 @@ func TestStateDirKeepsUsageAcrossRestart(t *testing.T) {
 	if err := first.lims[0].Close(); err != nil {
 		t.Fatal(err)
 	}
-	saved, err := filepath.Glob(filepath.Join(dir, "*"))
+	saved, err := filepath.Glob(filepath.Join(dir, "*.journal"))
 	if err != nil || len(saved) != 1 || filepath.Base(saved[0]) != "holdfast-app1.journal" {
-		t.Fatalf("state dir holds %v (%v), want the one journal", saved, err)
+		t.Fatalf("state dir holds journals %v (%v), want the one of app1", saved, err)
 	}
 	if n, err := fallback.JournalPending(dir, "app1"); err != nil || n == 0 {
 		t.Fatalf("journal holds %d pending grants (%v), want the outage log", n, err)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -363,5 +364,56 @@ func BenchmarkLocalDecisionStateDir(b *testing.B) {
 				i++
 			}
 		})
+	}
+}
+
+// TestStateDirIDs: without an ID, instances sharing a state dir each claim
+// a slot and its stored ID; one that stops and starts again gets the same
+// ID back (its journal with it), and two live instances never share an ID.
+// With an ID, a second live instance on the same dir is refused.
+func TestStateDirIDs(t *testing.T) {
+	dir := t.TempDir()
+	open := func(id string) (*fallback.Limiter, error) {
+		return fallback.New(downStore{}, fallback.Options{ID: id, StateDir: dir, Logger: testLogger()})
+	}
+	a, err := open("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := open("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	idA, idB := a.Status().ID, b.Status().ID
+	if idA == idB || idA == "" {
+		t.Fatalf("two live instances got IDs %q and %q", idA, idB)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	again, err := open("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := again.Status().ID; got != idA {
+		t.Fatalf("restarted instance got ID %q, want its old %q", got, idA)
+	}
+	again.Crash() // a SIGKILL releases the slot too
+	again2, err := open("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := again2.Status().ID; got != idA {
+		t.Fatalf("after a crash the instance got ID %q, want %q", got, idA)
+	}
+	defer again2.Close()
+	defer b.Close()
+	x, err := open("fixed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	if _, err := open("fixed"); err == nil || !strings.Contains(err.Error(), "in use by another live instance") {
+		t.Fatalf("a second live instance with ID fixed on one dir: %v, want it refused", err)
 	}
 }

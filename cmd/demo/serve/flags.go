@@ -102,7 +102,7 @@ func FlagSet(out io.Writer) (*flag.FlagSet, *Options) {
 	fs.BoolVar(&o.RedisCluster, "redis-cluster", envBool("redis-cluster", false),
 		"treat --redis as a Redis Cluster seed even when it names one node (a URL with addr= seeds is a cluster anyway)")
 	fs.StringVar(&o.Backend, "backend", env("backend", "goredis"), "Redis client: goredis or rueidis")
-	fs.StringVar(&o.ID, "id", env("id", ""), "instance name (default hostname-pid)")
+	fs.StringVar(&o.ID, "id", env("id", ""), "instance name (default: with --state-dir the ID kept in the dir's instance slot, so a restart keeps it; else hostname-pid)")
 	fs.StringVar(&o.Service, "service", env("service", ""),
 		"service name: its instances share the quota and count each other; other services on the same Redis are not counted")
 	fs.StringVar(&o.Config, "config", env("config", ""), "policies YAML file (required)")

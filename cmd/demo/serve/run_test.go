@@ -72,7 +72,7 @@ func TestRunShutsDownGracefully(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return 10s after cancel")
 	}
-	saved, _ := filepath.Glob(filepath.Join(o.StateDir, "*"))
+	saved, _ := filepath.Glob(filepath.Join(o.StateDir, "*.journal"))
 	if len(saved) != 1 {
 		t.Errorf("state dir holds %v, want the saved outage log", saved)
 	}

@@ -413,6 +413,15 @@ func TestStateDirIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer x.Close()
+	// Instances with a dir each (all claim slot 1) get IDs of their own.
+	other, err := fallback.New(downStore{}, fallback.Options{StateDir: t.TempDir(), Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if got := other.Status().ID; got == idA || got == idB {
+		t.Fatalf("an instance on another dir got ID %q, as one on the first (%q, %q)", got, idA, idB)
+	}
 	if _, err := open("fixed"); err == nil || !strings.Contains(err.Error(), "in use by another live instance") {
 		t.Fatalf("a second live instance with ID fixed on one dir: %v, want it refused", err)
 	}

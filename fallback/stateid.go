@@ -1,6 +1,8 @@
 package fallback
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -16,7 +18,8 @@ const maxSlots = 256
 // claimState makes the state dir this process's: with an ID, it locks the
 // ID's lock file, so two live processes never share one journal; without
 // one, it claims the first free slot of the dir and takes the ID stored in
-// it (written the first time: the hostname and the slot number), so an
+// it (written the first time: the hostname, the slot number and 32 random
+// bits, unique across dirs), so an
 // instance restarted on the same dir — SIGTERM or SIGKILL, in a new
 // container with a new hostname — finds its journal again under the same
 // ID. A lock is released when the process ends, however it ends. It
@@ -46,11 +49,16 @@ func claimState(dir, id string) (string, *os.File, error) {
 			return "", nil, err
 		}
 		if stored == "" {
+			// Unique across dirs too: instances of one host with a dir
+			// each all claim slot 1, and the ID names them in the
+			// membership set.
 			host, _ := os.Hostname()
 			if host == "" {
 				host = "holdfast"
 			}
-			stored = host + "-" + strconv.Itoa(n)
+			var r [4]byte
+			rand.Read(r[:])
+			stored = host + "-" + strconv.Itoa(n) + "-" + hex.EncodeToString(r[:])
 			if err := writeSlotID(f, stored); err != nil {
 				f.Close()
 				return "", nil, err

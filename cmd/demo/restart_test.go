@@ -1,0 +1,144 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/holdfast/holdfast/internal/redistest"
+)
+
+// TestServeRestartMidOutage runs four `serve` processes, each with a state
+// dir of its own and no --id, as a user would: a heavy client at 50 req/s
+// round-robin on a token bucket of 20 + 5/s, Redis killed, one instance
+// stopped (SIGTERM, then SIGKILL) and started again during the outage,
+// Redis back. The instances together admit within [0.9, 1.05] of the bound
+// and never answer 5xx: the restarted one gets its ID, instance count and
+// leases back from its state dir.
+func TestServeRestartMidOutage(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "holdfast-demo")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+		t.Run(sig.String(), func(t *testing.T) { serveRestart(t, bin, sig) })
+	}
+}
+
+func serveRestart(t *testing.T, bin string, sig syscall.Signal) {
+	dir := t.TempDir()
+	srv := redistest.Start(t, redistest.WithAOF())
+	cfg := filepath.Join(dir, "policies.yaml")
+	if err := os.WriteFile(cfg, []byte("prefix: \"hf:\"\npolicies:\n  - name: tb\n    path: /api/tb\n    algorithm: token_bucket\n    capacity: 20\n    refill_per_second: 5\n    key: header:X-Client-ID\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ports := make([]int, 4)
+	procs := make([]*exec.Cmd, 4)
+	start := func(i int) {
+		c := exec.Command(bin, "serve", "--listen", fmt.Sprintf("127.0.0.1:%d", ports[i]), "--redis", srv.URL(),
+			"--config", cfg, "--state-dir", filepath.Join(dir, fmt.Sprint("state", i)),
+			"--heartbeat", "500ms", "--probe-interval", "500ms", "--call-timeout", "300ms")
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		procs[i] = c
+	}
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		start(i)
+	}
+	defer func() {
+		for _, p := range procs {
+			p.Process.Signal(syscall.SIGTERM)
+			p.Wait()
+		}
+	}()
+	get := func(i int) (int, error) {
+		req, _ := http.NewRequest("GET", fmt.Sprintf("http://127.0.0.1:%d/api/tb", ports[i]), nil)
+		req.Header.Set("X-Client-ID", "heavy")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	ready := func(i int) bool {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[i]))
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil && resp.StatusCode == 200
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for i := range ports {
+		for !ready(i) {
+			if time.Now().After(deadline) {
+				t.Fatalf("instance %d never ready", i)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	time.Sleep(1500 * time.Millisecond) // every instance has heartbeated: N = 4
+
+	var admitted, denied, refused, failed atomic.Int64
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for n := 0; ; n++ {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			switch code, err := get(n % 4); {
+			case err != nil:
+				refused.Add(1) // the restarting instance: a load balancer sends it elsewhere
+			case code == 200:
+				admitted.Add(1)
+			case code == 429:
+				denied.Add(1)
+			default:
+				failed.Add(1)
+			}
+		}
+	}()
+	began := time.Now()
+	time.Sleep(4 * time.Second)
+	srv.Kill()
+	time.Sleep(2 * time.Second)
+	procs[1].Process.Signal(sig)
+	procs[1].Wait()
+	start(1)
+	time.Sleep(3 * time.Second)
+	srv.Restart(t)
+	time.Sleep(6 * time.Second)
+	close(stop)
+	<-done
+	took := time.Since(began)
+	bound := 20 + 5*took.Seconds()
+	ratio := float64(admitted.Load()) / bound
+	t.Logf("%v: admitted %d denied %d refused %d 5xx %d over %v: bound %.1f, ratio %.3f", sig, admitted.Load(), denied.Load(), refused.Load(), failed.Load(), took.Round(time.Millisecond), bound, ratio)
+	if failed.Load() != 0 {
+		t.Errorf("%d answers were 5xx", failed.Load())
+	}
+	if ratio < 0.9 || ratio > 1.05 {
+		t.Errorf("admitted/bound = %.3f, want within [0.9, 1.05]", ratio)
+	}
+}

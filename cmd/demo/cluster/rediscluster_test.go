@@ -132,7 +132,7 @@ func TestRedisClusterEndToEnd(t *testing.T) {
 			modes[m[1]][k], _ = strconv.Atoi(v)
 		}
 	}
-	if len(where) != 4 || where["tb heavy"] != "killed" || where["sw heavy"] != "healthy" {
+	if len(where) != 2*len(demoRoutes()) || where["tb heavy"] != "killed" || where["sw heavy"] != "healthy" {
 		t.Fatalf("shards of the keys %v, want tb heavy on the killed one, sw heavy on a healthy one", where)
 	}
 	total := func(m map[string]int) int {

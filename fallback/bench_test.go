@@ -23,16 +23,28 @@ func (downStore) Run(context.Context, *core.Script, []string, []string) ([]int64
 // lease, the outage log and the bookkeeping around them, one hot key and
 // 100k keys.
 func BenchmarkLocalDecision(b *testing.B) {
+	p, _ := tokenbucket.Policy("bench", 1_000_000_000, 1_000_000) // every decision admits
+	benchLocal(b, p, "")
+}
+
+// benchLocal measures local decisions of policy p, which admits them all,
+// on one hot key and on 100k keys; with a state dir, the limiter journals
+// (and is started, for its flusher).
+func benchLocal(b *testing.B, p core.Policy, stateDir string) {
 	l, err := fallback.New(downStore{}, fallback.Options{
-		ID: "bench", ExpectedInstances: 4,
+		ID: "bench", ExpectedInstances: 4, StateDir: stateDir,
 		Breaker: fallback.BreakerOptions{Start: fallback.Open},
 		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
 		b.Fatal(err)
 	}
+	if stateDir != "" {
+		if err := l.Start(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+	}
 	defer l.Close()
-	p, _ := tokenbucket.Policy("bench", 1_000_000_000, 1_000_000) // every decision admits
 	keys := make([]string, 100_000)
 	for i := range keys {
 		keys[i] = fmt.Sprint("k", i)

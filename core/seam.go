@@ -56,9 +56,10 @@ type Quotaer interface {
 	// a token bucket's capacity over the time it takes to refill it, a
 	// window's limit over its length.
 	Quota(p Policy) (units int64, window time.Duration)
-	// Bound returns the most that one exact limiter of p admits, over a
-	// span d, to a client asking above the limit all the time: ideal from
-	// the span's start, most over any span of length d.
+	// Bound returns what one exact limiter of p admits, over a span d, to
+	// a client asking above the limit all the time: ideal from the span's
+	// start (the least, where that depends on where the span starts
+	// against the algorithm's windows), most over any span of length d.
 	Bound(p Policy, d time.Duration) (ideal, most float64)
 	// Describe returns a short text such as "token bucket 20 + 5/s".
 	Describe(p Policy) string
@@ -68,10 +69,15 @@ type Quotaer interface {
 // instance's 1/n share of its policy, while the store is unavailable.
 type Leaser interface {
 	Algorithm
-	// Observe returns what the reply r to a decision on p tells of the
-	// key's state: the seed a later lease starts from, and a replay into a
-	// store that lost the key. A Seed with At 0 means nothing is known.
-	Observe(p Policy, r Reply) Seed
+	// Observe returns what the reply r to a decision of cost units on p
+	// tells of the key's state, given known, the Seed the instance's
+	// previous reply on the key gave (zero when none): the seed a later
+	// lease starts from, and a replay into a store that lost the key. A
+	// Seed with At 0 means nothing is known. An algorithm whose one reply
+	// does not tell its whole state (the sliding window counter's estimate
+	// mixes two windows) folds known into the new seed; the cost tells
+	// what a denial's retry time means.
+	Observe(p Policy, known Seed, cost int64, r Reply) Seed
 	// NewLease returns a lease of p that starts from seed at store time
 	// now (µs); a zero seed starts from a full quota.
 	NewLease(p Policy, seed Seed, now int64) Lease

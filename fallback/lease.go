@@ -37,10 +37,10 @@ func (k *keyState) Size() int64 {
 	return s
 }
 
-// observe records a Redis reply for policy p.
-func (k *keyState) observe(p core.Policy, r core.Reply) {
+// observe records a Redis reply to a request of cost units of policy p.
+func (k *keyState) observe(p core.Policy, cost int64, r core.Reply) {
 	if lr, ok := p.Algorithm().(core.Leaser); ok {
-		k.known = known{seed: lr.Observe(p, r), at: r.Now}
+		k.known = known{seed: lr.Observe(p, k.known.seed, cost, r), at: r.Now}
 	}
 }
 

@@ -52,7 +52,7 @@ func TestLeaseTokenBucketUnseenKey(t *testing.T) {
 func TestLeaseTokenBucketFromKnownState(t *testing.T) {
 	p, _ := tokenbucket.Policy("tb", 20, 5) // T = 200 ms
 	k := &keyState{}
-	k.observe(p, core.Reply{Allowed: true, Remaining: 8, ResetAfter: 12 * 200 * ms, Now: 1})
+	k.observe(p, 1, core.Reply{Allowed: true, Remaining: 8, ResetAfter: 12 * 200 * ms, Now: 1})
 	runLease(t, k, p, 4, []leaseStep{
 		{1, 1, true, 1, 0},
 		{1, 1, true, 0, 0},
@@ -80,7 +80,7 @@ func TestLeaseSlidingWindow(t *testing.T) {
 	k := &keyState{}
 	// Redis admitted at -500ms leaving 4: 6 units, the newest at -500ms.
 	const t0 = 10_000 * ms
-	k.observe(p, core.Reply{Allowed: true, Remaining: 4, ResetAfter: 1000 * ms, Now: t0 - 500*ms})
+	k.observe(p, 1, core.Reply{Allowed: true, Remaining: 4, ResetAfter: 1000 * ms, Now: t0 - 500*ms})
 	runLease(t, k, p, 4, []leaseStep{
 		{t0, 1, true, 0, 0},
 		{t0 + 100*ms, 1, false, 0, 400 * ms}, // the carried-in 6 leave at 500 ms
@@ -110,12 +110,12 @@ func TestLeaseRestartsFromFresherRedisView(t *testing.T) {
 		t.Fatal("admitted beyond the share of 2")
 	}
 	// An older Redis view does not restart it.
-	k.observe(p, core.Reply{Allowed: true, Remaining: 4, ResetAfter: 0, Now: 5})
+	k.observe(p, 1, core.Reply{Allowed: true, Remaining: 4, ResetAfter: 0, Now: 5})
 	if r, _ := k.decideLease(p, 2, 30, 1); r.Allowed {
 		t.Fatal("a Redis view older than the lease restarted it")
 	}
 	// A newer one does: Redis says 4 tokens, 2 of them this instance's.
-	k.observe(p, core.Reply{Allowed: true, Remaining: 4, ResetAfter: 0, Now: 40})
+	k.observe(p, 1, core.Reply{Allowed: true, Remaining: 4, ResetAfter: 0, Now: 40})
 	if r, _ := k.decideLease(p, 2, 50, 1); !r.Allowed {
 		t.Fatal("a newer Redis view did not restart the lease")
 	}

@@ -603,7 +603,7 @@ func (l *Limiter) observe(skey string, p core.Policy, cost int64, sent time.Time
 				l.jnl.track(skey, p)
 			}
 		}
-		ks.observe(p, rep)
+		ks.observe(p, cost, rep)
 		ks.remember(p, cost, sent, rep)
 		return ks, rep.ResetAfter + int64(time.Second/time.Microsecond)
 	})

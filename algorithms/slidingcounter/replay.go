@@ -18,15 +18,18 @@ var ReplayScript = core.NewScript("reconcile_"+Name, replaySource, nil)
 var _ core.Replayer = algorithm{}
 
 // ReplayCall returns the replay.lua call for batch b: KEYS the counter and
-// the marker; ARGV the limit, the window, the marker TTL, the seed and the
-// grants as (time, cost) pairs. Its reply is {1, units counted} when it
+// the marker; ARGV the limit, the window, the marker TTL, the seed (its
+// estimate, counted whole in the window of its time: at least the units
+// the key held then, in that window or the one before) and the grants as
+// (time, cost) pairs. Its reply is {1, units counted} when it
 // applied the batch, {0, 0} when the marker says it was applied before.
 func (algorithm) ReplayCall(b *core.Batch, o core.ReplayOptions) core.Call {
 	i64 := func(v int64) string { return strconv.FormatInt(v, 10) }
 	p := b.Policy
 	args := make([]string, 0, 5+2*len(b.Grants))
+	est, _, _ := unpackSeed(b.Seed.Value)
 	args = append(args, i64(p.Limit()), i64(p.Interval().Microseconds()), i64(o.MarkerTTL.Milliseconds()),
-		i64(b.Seed.Value), i64(b.Seed.At))
+		i64(est), i64(b.Seed.At))
 	for _, g := range b.Grants {
 		args = append(args, i64(g.At), i64(g.Cost))
 	}
@@ -61,8 +64,8 @@ func (s State) count(g, units int64) (State, bool) {
 }
 
 // Replay is the Go model of replay.lua, for tests and reasoning: it counts
-// grants into the counter cur (ok false when the key is missing; seed is
-// counted then, like a grant) of limit lim and window w at store time now,
+// grants into the counter cur (ok false when the key is missing; the
+// seed's estimate is counted then, like a grant) of limit lim and window w at store time now,
 // and returns the state the key holds afterwards and the units counted.
 // Grants of now's window (or later) count in the current window, grants of
 // the one before in the previous window, older ones not at all; counts stop
@@ -79,8 +82,8 @@ func Replay(cur State, ok bool, seed core.Seed, lim, w, now int64, grants []core
 			added += units
 		}
 	}
-	if !ok && seed.At > 0 && seed.Value > 0 {
-		add(seed.At, seed.Value)
+	if est, _, _ := unpackSeed(seed.Value); !ok && seed.At > 0 && est > 0 {
+		add(seed.At, est)
 	}
 	for _, g := range grants {
 		add(g.At, g.Cost)

@@ -143,7 +143,7 @@ func weighted(s State, now, w int64) int64 {
 // limit lim, the window w in microseconds and the cost n, it returns the
 // next state, whether it changed (an admission), and the script's reply.
 func Decide(st State, ok bool, now, lim, w, n int64) (next State, changed bool, reply [core.ReplyLen]int64) {
-	next, admit, remaining, retry, reset := decide(st, ok, now, lim, w, n, 1)
+	next, admit, remaining, retry, reset := decide(st, ok, now, lim, w, n, 1, 0)
 	if !admit {
 		return st, false, [core.ReplyLen]int64{0, remaining, retry, reset, now}
 	}
@@ -152,19 +152,22 @@ func Decide(st State, ok bool, now, lim, w, n int64) (next State, changed bool, 
 
 // decide is the one decision every twin makes (Decide, the lease, the
 // memory store's steps), on counts in sub-units: a unit weighs unit and a
-// request needs need sub-units (the script: unit 1, need n). It returns the
-// state after an admission (the rolled state on a denial), whether it
-// admits, the units remaining, the retry time and the reset time.
-func decide(st State, ok bool, now, lim, w, need, unit int64) (s State, admit bool, remaining, retry, reset int64) {
+// request needs need sub-units (the script: unit 1, need n). The estimate
+// may reach lim + slack, the current window's count lim: slack is a
+// lease's carry (see lease), 0 for the script. It returns the state after
+// an admission (the rolled state on a denial), whether it admits, the units
+// remaining, the retry time and the reset time.
+func decide(st State, ok bool, now, lim, w, need, unit, slack int64) (s State, admit bool, remaining, retry, reset int64) {
 	s = State{Window: now / w}
 	if ok {
 		s = st.Roll(s.Window)
 		s.Cur, s.Prev = min(s.Cur, 2*lim), min(s.Prev, 2*lim)
 	}
 	pw := weighted(s, now, w)
-	if s.Cur+need+pw <= lim {
+	room := min(lim+slack-s.Cur-pw, lim-s.Cur)
+	if need <= room {
 		s.Cur += need
-		return s, true, (lim - s.Cur - pw) / unit, 0, (s.Window+2)*w - now
+		return s, true, (room - need) / unit, 0, (s.Window+2)*w - now
 	}
 	switch {
 	case s.Cur > 0:
@@ -172,23 +175,37 @@ func decide(st State, ok bool, now, lim, w, need, unit int64) (s State, admit bo
 	case s.Prev > 0:
 		reset = (s.Window+1)*w - now
 	}
-	return s, false, max(lim-s.Cur-pw, 0) / unit, retryAfter(s, now, lim, w, need), reset
+	return s, false, max(room, 0) / unit, retryAfter(s, now, lim, w, need, slack, carry(s, lim, slack, unit)), reset
+}
+
+// carry is the room a lease of unit sub-units a unit carries out of the
+// rolled state s (holding slack) into the next window: what its estimate
+// still had at the window's end, lim + slack − Cur less the previous
+// window's last sub-unit (the weight never reaches 0 inside the window),
+// at most one unit less one sub-unit. 0 for the script (unit 1).
+func carry(s State, lim, slack, unit int64) int64 {
+	left := lim + slack - s.Cur
+	if s.Prev > 0 {
+		left--
+	}
+	return min(max(left, 0), unit-1)
 }
 
 // retryAfter is how long until need more sub-units fit in the rolled state
-// s if nothing else is spent: later in this window, once p × (w − e) ≤
-// (lim − c − need) × w, or else in the next, once c × (w − e) ≤
-// (lim − need) × w.
-func retryAfter(s State, now, lim, w, need int64) int64 {
+// s if nothing else is spent: later in this window, once the window's count
+// has room and p × (w − e) ≤ (lim + slack − c − need) × w, or else in the
+// next, once c × (w − e) ≤ (lim + next − need) × w (next: the slack it
+// will hold).
+func retryAfter(s State, now, lim, w, need, slack, next int64) int64 {
 	start := s.Window * w
-	if room := lim - s.Cur - need; s.Prev > 0 && room >= 0 {
+	if room := lim + slack - s.Cur - need; s.Prev > 0 && room >= 0 && s.Cur+need <= lim {
 		if e := w - room*w/s.Prev; e < w {
 			return start + e - now
 		}
 	}
 	e := int64(0)
 	if s.Cur > 0 {
-		e = max(w-(lim-need)*w/s.Cur, 0)
+		e = max(w-(lim+next-need)*w/s.Cur, 0)
 	}
 	return start + w + e - now
 }
@@ -234,7 +251,7 @@ func step(prev any, live bool, now, lim, w, n int64) (any, core.Reply, int64) {
 	if ok {
 		cur = *st
 	}
-	next, admit, remaining, retry, reset := decide(cur, ok, now, lim, w, n, 1)
+	next, admit, remaining, retry, reset := decide(cur, ok, now, lim, w, n, 1, 0)
 	r := core.Reply{Allowed: admit, Remaining: remaining, RetryAfter: retry, ResetAfter: reset, Now: now}
 	if !admit {
 		// A denial needs a state: a fresh counter admits any valid cost.

@@ -12,8 +12,9 @@ var _ core.Leaser = algorithm{}
 
 // Observe reads a decision's reply as the units in the window and the time
 // of the newest: the reply's time for an admission, and for a denial the
-// time the window's newest unit leaves it, less a window.
-func (algorithm) Observe(p core.Policy, r core.Reply) core.Seed {
+// time the window's newest unit leaves it, less a window. The reply alone
+// tells it: what was known before is not needed.
+func (algorithm) Observe(p core.Policy, _ core.Seed, _ int64, r core.Reply) core.Seed {
 	newest := r.Now
 	if !r.Allowed {
 		newest = r.Now + r.ResetAfter - p.Interval().Microseconds()

@@ -10,8 +10,9 @@ import (
 var _ core.Leaser = algorithm{}
 
 // Observe reads a decision's reply as the bucket's credit at the reply's
-// time: a full bucket's credit less the time until it is full again.
-func (algorithm) Observe(p core.Policy, r core.Reply) core.Seed {
+// time: a full bucket's credit less the time until it is full again. The
+// reply alone tells it: what was known before is not needed.
+func (algorithm) Observe(p core.Policy, _ core.Seed, _ int64, r core.Reply) core.Seed {
 	return core.Seed{Value: p.Limit()*p.Interval().Microseconds() - r.ResetAfter, At: r.Now}
 }
 

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast/holdfast/algorithms/slidingcounter"
 	"github.com/holdfast/holdfast/algorithms/slidingwindow"
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	"github.com/holdfast/holdfast/core"
@@ -283,23 +284,22 @@ func TestJournalContinuesLease(t *testing.T) {
 }
 
 // TestJournalLeaseMatchesLive: a lease rebuilt from the journal decides
-// exactly as the live one it mirrors, over a random run of both algorithms
-// on several keys (grants at least a millisecond apart, so none coalesce;
-// coalesced grants may only leave it stricter, checked at the end).
+// exactly as the live one it mirrors, over a random run of the three
+// algorithms on several keys (grants at least a millisecond apart, so none
+// coalesce; coalesced grants may only leave it stricter, checked at the
+// end).
 func TestJournalLeaseMatchesLive(t *testing.T) {
 	clk := &jclock{}
 	clk.us.Store(1_700_000_000_000_000)
 	tb, _ := tokenbucket.Policy("tb", 12, 4)
 	sw, _ := slidingwindow.Policy("sw", 12, 3*time.Second)
+	sc, _ := slidingcounter.Policy("sc", 12, 3*time.Second)
 	ctx := context.Background()
 	dir := t.TempDir()
 	live := degraded(t, dir, Options{ExpectedInstances: 3, Clock: clk.now})
 	rng := rand.New(rand.NewPCG(3, 4))
 	pick := func() (core.Policy, string, int64) {
-		p := tb
-		if rng.IntN(2) == 0 {
-			p = sw
-		}
+		p := []core.Policy{tb, sw, sc}[rng.IntN(3)]
 		return p, fmt.Sprint("k", rng.IntN(4)), int64(rng.IntN(2) + 1)
 	}
 	for range 400 {

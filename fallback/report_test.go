@@ -51,9 +51,12 @@ round-robin "load balancer" of 4 goroutines sending a request every 2 ms — far
 policy — for one key. The call deadline is 300 ms (generous, so a busy machine under
 -race does not trip breakers while Redis is healthy); probes every 200 ms.
 
-Policies: token bucket of capacity 10 refilled at 20/s; sliding window of 20 per 1 s.
-The bound is what one exact limiter would admit over the run (token bucket:
-capacity + rate × duration; sliding window: limit × (whole windows + 1)).
+Policies: token bucket of capacity 10 refilled at 20/s; sliding window and sliding
+window counter of 20 per 1 s. The bound is what one exact limiter would admit over the
+run (token bucket: capacity + rate × duration; sliding window: limit × (whole
+windows + 1); sliding window counter: limit × (windows the run overlaps + 1), a limit
+in each fixed window, where one counter gives this client the limit and then one unit
+less a window: 144 to 162 of the bound of 180 over 7.5 s, 0.80 to 0.90).
 admitted ÷ bound is what the instances admitted together, counted at the load balancer.
 p99 and max are the decision latencies the callers saw, all decisions of the run.
 

@@ -170,8 +170,8 @@ func (r *slotRig) waitRecovered() {
 // instances together admit at most 1.05 of the policy's bound over the
 // whole run and at least 0.9 of what one exact limiter admits from the
 // start (the bound, for the token bucket and the sliding window here), no
-// caller sees an error, and after Redis returns every
-// instance reconciles (breakers closed, logs empty). Without the journal a
+// caller sees an error, and after Redis returns every instance reconciles
+// (breakers closed, logs empty). Without the journal a
 // restarted instance divides by 1 and starts a fresh lease: 1.16 of the
 // bound was measured for the token bucket of 20 + 5/s.
 func TestRestartMidOutage(t *testing.T) {

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/holdfast/holdfast/algorithms/slidingcounter"
 )
 
 // TestSmoke runs every section at a tiny size and checks that the report
@@ -33,6 +35,7 @@ func TestSmoke(t *testing.T) {
 	for _, want := range []string{
 		"## Targets", "## 1. Decisions per second", "## 1b.", "## 2. The local path", "## 3. Decision latency",
 		"## 4. Reconciliation", "## 5. Redis memory", "## 6. The Redis ceiling", implHFRueidisTB, implRedisRate, implUlule,
+		implHFRueidisSC, implHFGoredisSC, memSC, "| " + slidingcounter.Name + " |",
 		implLocalXRate, implLocalGoLim, memTB, "EVALSHA",
 	} {
 		if !strings.Contains(md, want) {

@@ -17,6 +17,7 @@ import (
 	"github.com/ulule/limiter/v3"
 	ulredis "github.com/ulule/limiter/v3/drivers/store/redis"
 
+	"github.com/holdfast/holdfast/algorithms/slidingcounter"
 	"github.com/holdfast/holdfast/algorithms/slidingwindow"
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	"github.com/holdfast/holdfast/backend/goredis"
@@ -164,6 +165,7 @@ func goredisStore(url string) (core.Store, func(), error) {
 
 func hiTB() (core.Policy, error) { return tokenbucket.Policy("tb", hiLimit, hiPerSec) }
 func hiSW() (core.Policy, error) { return slidingwindow.Policy("sw", hiLimit, time.Second) }
+func hiSC() (core.Policy, error) { return slidingcounter.Policy("sc", hiLimit, time.Second) }
 
 // peerClient is a go-redis client as a peer's user would build it: the
 // library defaults (pool of 10 per GOMAXPROCS, like holdfast's client).
@@ -218,6 +220,8 @@ const (
 	implHFRueidisSW   = "holdfast rueidis sw"
 	implHFGoredisTB   = "holdfast go-redis tb"
 	implHFGoredisSW   = "holdfast go-redis sw"
+	implHFRueidisSC   = "holdfast rueidis sc"
+	implHFGoredisSC   = "holdfast go-redis sc"
 	implHFFallbackTB  = "holdfast fallback rueidis tb"
 	implRedisRate     = "redis_rate"
 	implUlule         = "ulule"
@@ -233,6 +237,8 @@ func throughputImpls() []limiterImpl {
 		{name: implHFRueidisSW, open: coreOn(hiSW, rueidisStore)},
 		{name: implHFGoredisTB, open: coreOn(hiTB, goredisStore)},
 		{name: implHFGoredisSW, open: coreOn(hiSW, goredisStore)},
+		{name: implHFRueidisSC, open: coreOn(hiSC, rueidisStore)},
+		{name: implHFGoredisSC, open: coreOn(hiSC, goredisStore)},
 		fallbackImpl(implHFFallbackTB, hiTB, rueidisStore, fallback.Options{}),
 		{name: implRedisRate, open: redisRate(redis_rate.Limit{Rate: hiPerSec, Burst: hiLimit, Period: time.Second})},
 		{name: implUlule, open: ulule},

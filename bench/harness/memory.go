@@ -12,6 +12,7 @@ import (
 	"github.com/ulule/limiter/v3"
 	ulredis "github.com/ulule/limiter/v3/drivers/store/redis"
 
+	"github.com/holdfast/holdfast/algorithms/slidingcounter"
 	"github.com/holdfast/holdfast/algorithms/slidingwindow"
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	"github.com/holdfast/holdfast/bench/redisproc"
@@ -38,6 +39,7 @@ type memoryResult struct {
 const (
 	memTB       = "holdfast token bucket, after 1 decision"
 	memSW       = "holdfast sliding window, after 1 decision"
+	memSC       = "holdfast sliding window counter, after 1 decision"
 	memSWSmall  = "holdfast sliding window, per further request (≤128 in window: listpack)"
 	memSWLarge  = "holdfast sliding window, per further request (1k–10k in window: skiplist)"
 	memRedisRat = "redis_rate (GCRA), after 1 decision"
@@ -67,6 +69,11 @@ func (h *harness) memory(ctx context.Context) error {
 		return err
 	}
 	sw, err := slidingwindow.Policy("sw", 1_000_000, 10*time.Minute)
+	if err != nil {
+		return err
+	}
+	// Two counts a key whatever the traffic: "k:c:p", 12 characters here.
+	sc, err := slidingcounter.Policy("sc", 100, 100*time.Second)
 	if err != nil {
 		return err
 	}
@@ -101,6 +108,7 @@ func (h *harness) memory(ctx context.Context) error {
 	}{
 		{&memoryRow{Name: memTB}, func(ctx context.Context, k string) error { _, err := hf.Allow(ctx, tb, k); return err }, hfKey(tb)},
 		{&memoryRow{Name: memSW}, func(ctx context.Context, k string) error { _, err := hf.Allow(ctx, sw, k); return err }, hfKey(sw)},
+		{&memoryRow{Name: memSC}, func(ctx context.Context, k string) error { _, err := hf.Allow(ctx, sc, k); return err }, hfKey(sc)},
 		{&memoryRow{Name: memRedisRat}, func(ctx context.Context, k string) error {
 			_, err := rr.Allow(ctx, k, redis_rate.Limit{Rate: 1, Burst: 100, Period: 100 * time.Second})
 			return err
@@ -141,7 +149,7 @@ func (h *harness) memory(ctx context.Context) error {
 			}
 		}
 	}
-	res.Rows = []*memoryRow{layouts[0].row, layouts[1].row, small, large, layouts[2].row, layouts[3].row}
+	res.Rows = []*memoryRow{layouts[0].row, layouts[1].row, small, large, layouts[2].row, layouts[3].row, layouts[4].row}
 	return nil
 }
 

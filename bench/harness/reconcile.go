@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/holdfast/holdfast/algorithms/slidingcounter"
 	"github.com/holdfast/holdfast/algorithms/slidingwindow"
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	"github.com/holdfast/holdfast/core"
@@ -40,7 +41,7 @@ const grantsPerKey = 3
 // backend's store (pipelined). Only the Reconcile call is timed.
 func (h *harness) reconcile(ctx context.Context) error {
 	res := &reconcileResult{
-		Backends: []string{"rueidis", "go-redis"}, Algs: []string{tokenbucket.Name, slidingwindow.Name},
+		Backends: []string{"rueidis", "go-redis"}, Algs: []string{tokenbucket.Name, slidingwindow.Name, slidingcounter.Name},
 		Sizes: h.cfg.ReconcileSizes, Grants: grantsPerKey, Runs: map[reconcileCell][]time.Duration{}, Failed: map[reconcileCell]int{},
 		RedisUsPerKey: map[reconcileCell][]float64{},
 	}
@@ -66,7 +67,11 @@ func (h *harness) reconcile(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	pols := map[string]core.Policy{tokenbucket.Name: tb, slidingwindow.Name: sw}
+	sc, err := slidingcounter.Policy("rsc", 100, time.Minute)
+	if err != nil {
+		return err
+	}
+	pols := map[string]core.Policy{tokenbucket.Name: tb, slidingwindow.Name: sw, slidingcounter.Name: sc}
 	r := reconcile.New(reconcile.Options{})
 	// One warm-up replay per backend loads the scripts and opens connections.
 	for _, b := range res.Backends {

@@ -163,8 +163,8 @@ func (r *Report) throughputMD(b *md) {
 	b.line("")
 	b.line("G callers in a closed loop, each deciding as soon as its last decision returned, for %v per run", r.Config.Duration)
 	b.line("(after a %v unmeasured warm-up). Every decision admits (token bucket: capacity %d, %d/s;", r.Config.Warmup, hiLimit, hiPerSec)
-	b.line("sliding window: %d per 1 s; redis_rate: %d/s burst %d; ulule: %d per 1 s), so every limiter runs its", hiLimit, hiPerSec, hiLimit, hiLimit)
-	b.line("full write path. holdfast rows use `core.Limiter` over the backend; \"fallback\" is the whole outage-proof")
+	b.line("sliding window (sw) and sliding window counter (sc): %d per 1 s; redis_rate: %d/s burst %d; ulule: %d per", hiLimit, hiPerSec, hiLimit, hiLimit)
+	b.line("1 s), so every limiter runs its full write path. holdfast rows use `core.Limiter` over the backend; \"fallback\" is the whole outage-proof")
 	b.line("stack (`fallback.Limiter`: breaker, 50 ms call deadline, known-state bookkeeping). go-redis clients have")
 	b.line("go-redis's default pool (10 per GOMAXPROCS = 20 connections): holdfast's via `goredis.NewClient`, the")
 	b.line("peers' via `redis.NewClient` as their users build it. Ratios are to redis_rate, paired run by run.")
@@ -441,6 +441,9 @@ func (r *Report) memoryMD(b *md) {
 	b.line("objects (no allocation), so its row is that floor; holdfast's token bucket value is one integer too, but an instant")
 	b.line("in microseconds, beyond the shared ones: a 16 B object, hence 133 B. A target of 100 B per key as a used_memory")
 	b.line("delta is below what any limiter keeping one expiring key per client costs here; MEMORY USAGE is the key's own share.")
+	b.line("The sliding window counter's key is one string, `window:current:previous` in decimal (12 characters here), whatever")
+	b.line("the traffic: further requests only change its digits (docs/slidingcounter.md measures the longer strings of larger")
+	b.line("limits), where the sliding window's sorted set grows by a member a request.")
 }
 
 func (r *Report) ceilingMD(b *md) {

@@ -577,7 +577,10 @@ func (l *Limiter) storeFailed(gen uint64, err error, took time.Duration) {
 			l.o.Logger.Warn("holdfast store error not recognised: decided as an outage", "instance", l.o.ID, "err", err.Error())
 		}
 	}
-	if se, ok := errors.AsType[*core.StoreError](err); ok && se.Answered && class == core.ClassUnavailable {
+	// A refusal opens the breaker at once: Redis said it cannot take a
+	// decision. STALE is the one answer that is about this call, not about
+	// Redis (it ran late, as a slow call does), so it only counts.
+	if se, ok := errors.AsType[*core.StoreError](err); ok && se.Answered && class == core.ClassUnavailable && se.Reason != "STALE" {
 		l.breaker.Refused(gen, err)
 		return
 	}

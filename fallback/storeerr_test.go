@@ -86,6 +86,7 @@ func TestStoreErrorClasses(t *testing.T) {
 		{"OOM", &core.StoreError{Class: core.ClassUnavailable, Reason: "OOM", Answered: true, Err: errors.New("OOM command not allowed when used memory > 'maxmemory'")}, 1, "unavailable", "OOM"},
 		{"NOPERM", &core.StoreError{Class: core.ClassUnavailable, Reason: "NOPERM", Answered: true, Err: errors.New("NOPERM this user has no permissions to run the 'evalsha' command")}, 1, "unavailable", "NOPERM"},
 		{"deadline", &core.StoreError{Class: core.ClassUnavailable, Reason: "deadline", Err: context.DeadlineExceeded}, 3, "unavailable", "deadline"},
+		{"STALE", &core.StoreError{Class: core.ClassUnavailable, Reason: "STALE", Answered: true, Err: errors.New("STALE holdfast: the call ran after its deadline")}, 3, "unavailable", "STALE"},
 		{"unknown", &core.StoreError{Class: core.ClassUnknown, Reason: "unknown", Answered: true, Err: errors.New("ERR weird reply 1234")}, 3, "unknown", "unknown"},
 		{"malformed", core.Errorf(core.ErrMalformedReply, "reply is a string"), 3, "unknown", "malformed"},
 	} {

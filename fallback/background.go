@@ -20,7 +20,7 @@ import (
 func (l *Limiter) probe(ctx context.Context) error {
 	err := l.heartbeat(ctx)
 	if err != nil {
-		l.lastErr.Store(&storeFault{class: core.ClassOf(err), reason: core.ReasonOf(err), at: l.o.Clock()})
+		l.noteFault(err)
 	}
 	return err
 }

@@ -334,7 +334,7 @@ func (e *jenc) lease(pi uint64, p core.Policy, skey string, k *keyState) {
 	e.v(k.seed.At)
 	e.flag(k.leased)
 	e.v(k.last)
-	blob := appendLease(nil, p, k) // the algorithm's part, length-prefixed
+	blob := appendLease(nil, k) // the algorithm's part, length-prefixed
 	e.uv(uint64(len(blob)))
 	e.buf = append(e.buf, blob...)
 	e.close(s)
@@ -342,7 +342,7 @@ func (e *jenc) lease(pi uint64, p core.Policy, skey string, k *keyState) {
 
 // appendLease appends k's lease as its algorithm encodes it
 // (core.Lease.AppendBinary); nothing when k has no lease.
-func appendLease(b []byte, _ core.Policy, k *keyState) []byte {
+func appendLease(b []byte, k *keyState) []byte {
 	if k.lease == nil {
 		return b
 	}

@@ -436,7 +436,7 @@ func (l *Limiter) Start(ctx context.Context) error {
 	ctx, l.cancel = context.WithCancel(ctx)
 	l.closedSince.Store(l.o.Clock().UnixNano())
 	if err := l.heartbeat(ctx); err != nil && core.ClassOf(err) != core.ClassRequest {
-		l.lastErr.Store(&storeFault{class: core.ClassOf(err), reason: core.ReasonOf(err), at: l.o.Clock()})
+		l.noteFault(err)
 		l.breaker.Trip(err)
 		level, msg := slog.LevelWarn, "holdfast: Redis cannot take decisions at start: limiting locally until it can"
 		switch core.ReasonOf(err) {
@@ -569,9 +569,8 @@ func (l *Limiter) remote(ctx context.Context, gen uint64, p core.Policy, key str
 // becomes the last one Status shows. An error holdfast does not recognise
 // is logged with its text, at most once a second.
 func (l *Limiter) storeFailed(gen uint64, err error, took time.Duration) {
-	class, reason := core.ClassOf(err), core.ReasonOf(err)
-	now := l.o.Clock()
-	l.lastErr.Store(&storeFault{class: class, reason: reason, at: now})
+	class := core.ClassOf(err)
+	now := l.noteFault(err)
 	if class == core.ClassUnknown {
 		if last := l.unknownLogged.Load(); now.UnixNano()-last >= int64(time.Second) && l.unknownLogged.CompareAndSwap(last, now.UnixNano()) {
 			l.o.Logger.Warn("holdfast store error not recognised: decided as an outage", "instance", l.o.ID, "err", err.Error())
@@ -585,6 +584,14 @@ func (l *Limiter) storeFailed(gen uint64, err error, took time.Duration) {
 		return
 	}
 	l.breaker.Done(gen, err, took)
+}
+
+// noteFault makes err the last store failure Status shows, and returns
+// when it was noted.
+func (l *Limiter) noteFault(err error) time.Time {
+	now := l.o.Clock()
+	l.lastErr.Store(&storeFault{class: core.ClassOf(err), reason: core.ReasonOf(err), at: now})
+	return now
 }
 
 // storeFault is the last store failure: its class, reason and time.

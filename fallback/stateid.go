@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -75,7 +76,7 @@ var errLocked = errors.New("locked by another process")
 func readSlotID(f *os.File) (string, error) {
 	b := make([]byte, 512)
 	n, err := f.ReadAt(b, 0)
-	if err != nil && n == 0 && !errors.Is(err, ioEOF) {
+	if err != nil && n == 0 && !errors.Is(err, io.EOF) {
 		return "", fmt.Errorf("fallback: state dir slot %s: %w", f.Name(), err)
 	}
 	id := strings.TrimSpace(string(b[:n]))

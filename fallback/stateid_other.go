@@ -3,11 +3,8 @@
 package fallback
 
 import (
-	"io"
 	"os"
 )
-
-var ioEOF = io.EOF
 
 // lockFile opens path; without flock, no lock is taken.
 func lockFile(path string) (*os.File, error) {

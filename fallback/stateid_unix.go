@@ -4,12 +4,9 @@ package fallback
 
 import (
 	"errors"
-	"io"
 	"os"
 	"syscall"
 )
-
-var ioEOF = io.EOF
 
 // lockFile opens path and takes an exclusive lock on it, or errLocked when
 // another process holds it.

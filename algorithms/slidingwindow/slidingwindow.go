@@ -57,12 +57,14 @@ func (algorithm) Validate(limit int64, window time.Duration) error {
 }
 
 func (algorithm) Args(p core.Policy, cost int64, id string, nowMicros int64) []string {
-	args := []string{
+	// Room for the optional now and the deadline a caller appends
+	// (core.DeadlineArg): one allocation per call.
+	args := append(make([]string, 0, 6),
 		strconv.FormatInt(p.Limit(), 10),
 		strconv.FormatInt(int64(p.Interval()/time.Microsecond), 10),
 		strconv.FormatInt(cost, 10),
 		id,
-	}
+	)
 	if nowMicros > 0 {
 		args = append(args, strconv.FormatInt(nowMicros, 10))
 	}

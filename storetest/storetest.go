@@ -172,6 +172,10 @@ func Run(t *testing.T, h Harness) {
 			}
 		}
 	})
+	t.Run("ops", func(t *testing.T) {
+		t.Parallel()
+		testOps(t, h.MakeStore(t))
+	})
 	t.Run("nil_context", func(t *testing.T) {
 		t.Parallel()
 		s := h.MakeStore(t)

@@ -56,7 +56,7 @@ const MaxProduct = 1 << 50
 //go:embed slidingcounter.lua
 var source string
 
-var script = core.NewDecisionScript(Name, source, local)
+var script = core.NewDecisionScript(Name, "local PEEK = false\n"+source, local)
 
 type algorithm struct{}
 

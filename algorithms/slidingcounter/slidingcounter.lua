@@ -82,7 +82,10 @@ if c + n + pw <= L then
   c = c + n
   -- The key lives until both counts have left the window: reset time.
   local life = start + 2 * W - now
-  redis.call('SET', KEYS[1], string.format('%d:%d:%d', k, c, p), 'PX', string.format('%d', math.floor(life / 1000) + 1))
+  -- PEEK (set before this source: slidingcounter.go) answers without counting.
+  if not PEEK then
+    redis.call('SET', KEYS[1], string.format('%d:%d:%d', k, c, p), 'PX', string.format('%d', math.floor(life / 1000) + 1))
+  end
   return {1, L - c - pw, 0, life, now}
 end
 -- Denied. The same cost fits once p * (W - e') <= (L - c - n) * W in this

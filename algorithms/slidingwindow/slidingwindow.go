@@ -26,7 +26,7 @@ const MaxLimit = 1_000_000
 //go:embed slidingwindow.lua
 var source string
 
-var script = core.NewDecisionScript(Name, source, local)
+var script = core.NewDecisionScript(Name, "local PEEK = false\n"+source, local)
 
 type algorithm struct{}
 

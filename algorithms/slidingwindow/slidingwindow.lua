@@ -49,7 +49,10 @@ for i = 0, n - 1 do
     z[#z + 1] = id .. '#' .. i
   end
 end
-redis.call('ZADD', KEYS[1], unpack(z))
--- The key lives until the unit just added leaves the window.
-redis.call('PEXPIRE', KEYS[1], math.floor(W / 1000) + 1)
+-- PEEK (set before this source: slidingwindow.go) answers without adding.
+if not PEEK then
+  redis.call('ZADD', KEYS[1], unpack(z))
+  -- The key lives until the unit just added leaves the window.
+  redis.call('PEXPIRE', KEYS[1], math.floor(W / 1000) + 1)
+end
 return {1, L - count - n, 0, W, now}

@@ -29,7 +29,7 @@ const MaxCredit = 1 << 50
 //go:embed tokenbucket.lua
 var source string
 
-var script = core.NewDecisionScript(Name, source, local)
+var script = core.NewDecisionScript(Name, "local PEEK = false\n"+source, local)
 
 type algorithm struct{}
 

@@ -90,5 +90,8 @@ if credit < need then
 end
 credit = credit - need
 -- The key lives until the bucket is full again: then it equals a fresh one.
-redis.call('SET', KEYS[1], string.format('%d', now - credit), 'PX', string.format('%d', math.floor((full - credit) / 1000) + 1))
+-- PEEK (set before this source: tokenbucket.go) answers without spending.
+if not PEEK then
+  redis.call('SET', KEYS[1], string.format('%d', now - credit), 'PX', string.format('%d', math.floor((full - credit) / 1000) + 1))
+end
 return {1, idiv(credit, T), 0, full - credit, now}

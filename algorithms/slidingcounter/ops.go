@@ -1,0 +1,69 @@
+package slidingcounter
+
+import (
+	_ "embed"
+
+	"github.com/holdfast/holdfast/core"
+)
+
+//go:embed refund.lua
+var refundSource string
+
+var (
+	// peekScript is slidingcounter.lua with PEEK set: the reply without
+	// the count.
+	peekScript   = core.NewScript(Name+"_peek", "local PEEK = true\n"+source, peekLocal)
+	refundScript = core.NewScript(Name+"_refund", refundSource, refundLocal)
+)
+
+var (
+	_ core.Peeker   = algorithm{}
+	_ core.Refunder = algorithm{}
+)
+
+func (algorithm) PeekScript() *core.Script { return peekScript }
+
+// RefundCall takes cost units off the window the admission with reply r
+// was counted in (refund.lua).
+func (algorithm) RefundCall(p core.Policy, skey string, cost int64, _ string, r core.Reply) core.Call {
+	return core.Call{Script: refundScript, Keys: []string{skey},
+		Args: core.RefundArgs([]int64{p.Interval().Microseconds(), cost, r.Now})}
+}
+
+// peekLocal is the peek script's Go twin: local on a copy of the state,
+// which the store keeps as it was.
+func peekLocal(prev any, now int64, args []string) (any, []int64, int64, error) {
+	if st, ok := prev.(*State); ok {
+		c := *st
+		prev = &c
+	}
+	_, r, _, err := local(prev, now, args)
+	return nil, r, -1, err
+}
+
+// refundLocal is refund.lua's Go twin, on the state in place.
+func refundLocal(prev any, _ int64, args []string) (any, []int64, int64, error) {
+	v, err := core.ParseArgs(args, 3, 3)
+	if err != nil {
+		return prev, nil, -1, err
+	}
+	w, n, at := v[0], v[1], v[2]
+	if w < 1 || n < 1 || at < 0 {
+		return prev, nil, -1, core.Errorf(core.ErrInvalidPolicy, "sliding window counter refund: bad arguments %q", args)
+	}
+	st, ok := prev.(*State)
+	if !ok {
+		return prev, []int64{0}, -1, nil
+	}
+	j := at / w
+	var took int64
+	switch st.Window {
+	case j:
+		took = min(st.Cur, n)
+		st.Cur -= took
+	case j + 1:
+		took = min(st.Prev, n)
+		st.Prev -= took
+	}
+	return st, []int64{took}, -1, nil
+}

@@ -1,0 +1,66 @@
+package slidingwindow
+
+import (
+	_ "embed"
+	"slices"
+
+	"github.com/holdfast/holdfast/core"
+)
+
+//go:embed refund.lua
+var refundSource string
+
+var (
+	// peekScript is slidingwindow.lua with PEEK set: the reply without
+	// the members.
+	peekScript   = core.NewScript(Name+"_peek", "local PEEK = true\n"+source, peekLocal)
+	refundScript = core.NewScript(Name+"_refund", refundSource, refundLocal)
+)
+
+var (
+	_ core.Peeker   = algorithm{}
+	_ core.Refunder = algorithm{}
+)
+
+func (algorithm) PeekScript() *core.Script { return peekScript }
+
+// RefundCall removes the members of request id from the window skey
+// (refund.lua).
+func (algorithm) RefundCall(_ core.Policy, skey string, cost int64, id string, r core.Reply) core.Call {
+	return core.Call{Script: refundScript, Keys: []string{skey}, Args: core.RefundArgs([]int64{cost, r.Now}, id)}
+}
+
+// peekLocal is the peek script's Go twin: local on a copy of the log,
+// which the store keeps as it was.
+func peekLocal(prev any, now int64, args []string) (any, []int64, int64, error) {
+	if l, ok := prev.(*Log); ok {
+		prev = &Log{At: slices.Clone(l.At)}
+	}
+	_, r, _, err := local(prev, now, args)
+	return nil, r, -1, err
+}
+
+// refundLocal is refund.lua's Go twin: the memory store keeps times, not
+// ids, so it removes n units admitted at the admission's time.
+func refundLocal(prev any, _ int64, args []string) (any, []int64, int64, error) {
+	if len(args) != 3 || args[2] == "" {
+		return prev, nil, -1, core.Errorf(core.ErrInvalidPolicy, "sliding window refund: bad arguments %q", args)
+	}
+	v, err := core.ParseArgs(args[:2], 2, 2)
+	if err != nil {
+		return prev, nil, -1, err
+	}
+	n, at := v[0], v[1]
+	l, ok := prev.(*Log)
+	if !ok || n < 1 {
+		return prev, []int64{0}, -1, nil
+	}
+	removed := int64(0)
+	for i := len(l.At) - 1; i >= 0 && removed < n; i-- {
+		if l.At[i] == at {
+			l.At = slices.Delete(l.At, i, i+1)
+			removed++
+		}
+	}
+	return l, []int64{removed}, -1, nil
+}

@@ -1,0 +1,63 @@
+package tokenbucket
+
+import (
+	_ "embed"
+
+	"github.com/holdfast/holdfast/core"
+)
+
+//go:embed refund.lua
+var refundSource string
+
+var (
+	// peekScript is tokenbucket.lua with PEEK set: the reply without the
+	// write.
+	peekScript   = core.NewScript(Name+"_peek", "local PEEK = true\n"+source, peekLocal)
+	refundScript = core.NewScript(Name+"_refund", refundSource, refundLocal)
+)
+
+var (
+	_ core.Peeker   = algorithm{}
+	_ core.Refunder = algorithm{}
+)
+
+func (algorithm) PeekScript() *core.Script { return peekScript }
+
+// RefundCall gives cost tokens back to the bucket skey (refund.lua).
+func (algorithm) RefundCall(p core.Policy, skey string, cost int64, _ string, _ core.Reply) core.Call {
+	return core.Call{Script: refundScript, Keys: []string{skey},
+		Args: core.RefundArgs([]int64{p.Limit(), p.Interval().Microseconds(), cost})}
+}
+
+// peekLocal is the peek script's Go twin: local on a copy of the state,
+// which the store keeps as it was.
+func peekLocal(prev any, now int64, args []string) (any, []int64, int64, error) {
+	if st, ok := prev.(*State); ok {
+		c := *st
+		prev = &c
+	}
+	_, r, _, err := local(prev, now, args)
+	return nil, r, -1, err
+}
+
+// refundLocal is refund.lua's Go twin.
+func refundLocal(prev any, now int64, args []string) (any, []int64, int64, error) {
+	v, err := core.ParseArgs(args, 3, 3)
+	if err != nil {
+		return prev, nil, -1, err
+	}
+	c, t, n := v[0], v[1], v[2]
+	if c < 1 || t < 1 || n < 1 || n > c {
+		return prev, nil, -1, core.Errorf(core.ErrInvalidPolicy, "token bucket refund: bad arguments %q", args)
+	}
+	st, ok := prev.(*State)
+	if !ok {
+		return nil, []int64{0}, 0, nil
+	}
+	full := c * t
+	credit := st.At(now, full) + n*t
+	if credit >= full {
+		return nil, []int64{1}, 0, nil
+	}
+	return &State{Credit: credit, Last: now}, []int64{1}, full - credit, nil
+}

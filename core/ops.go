@@ -2,7 +2,6 @@ package core
 
 import (
 	"context"
-	"errors"
 	"strconv"
 )
 
@@ -159,14 +158,16 @@ func (l *Limiter) Peek(ctx context.Context, p Policy, key string, cost int64) (R
 // AllAllowed of them (Denied gives the first that denied).
 //
 // The requests are decided in order, and at the first denial the ones
-// before it are refunded (Refunder) and the ones after it peeked: each
-// Result is what that policy alone answered, or would answer, with the
-// refunded units back in Remaining. Each policy's bound holds under any
+// before it are refunded (Refunder) and the ones after it peeked. Each
+// Result is what AllowN of that request alone answered or would answer:
+// for a request refunded or not spent, Allowed and the Remaining after its
+// cost, though nothing of it was spent. Each policy's bound holds under any
 // concurrency, since each decision is atomic in the store; between a
 // request's charge and its refund another may find that policy's quota
 // lower, so under contention AllowAll can deny what a later moment would
-// admit, never the reverse. A refund that fails leaves that charge spent
-// (an under-admission) and is returned as the error with the Results.
+// admit, never the reverse. A refund the store does not take leaves that
+// charge spent: an under-admission, never more admitted. A store error on
+// a charge is returned (after the refunds) without Results.
 //
 // Put the policy most likely to deny first: a denial of the first request
 // costs one store call, of a later one a refund per earlier request.
@@ -195,35 +196,29 @@ func (l *Limiter) AllowAll(ctx context.Context, reqs ...Request) ([]Result, erro
 			continue
 		}
 		// Denied, or the store failed: give back what was spent.
-		ferr := l.refund(ctx, reqs[:i], func(j int) (string, Reply) { return done[j].id, done[j].rep }, rs)
+		l.refund(ctx, reqs[:i], func(j int) (string, Reply) { return done[j].id, done[j].rep })
 		if err != nil {
-			return nil, errors.Join(err, ferr)
+			return nil, err
 		}
 		rs[i] = l.result(q.Policy, rep)
 		for j := i + 1; j < len(reqs); j++ {
 			if rs[j], err = l.Peek(ctx, reqs[j].Policy, reqs[j].Key, reqs[j].Units()); err != nil {
-				return nil, errors.Join(err, ferr)
+				return nil, err
 			}
 		}
-		return rs, ferr
+		return rs, nil
 	}
 	return rs, nil
 }
 
 // refund gives back the charges of reqs, the ith admitted as spent(i)
-// tells, and adds them back to their Results' Remaining.
-func (l *Limiter) refund(ctx context.Context, reqs []Request, spent func(i int) (string, Reply), rs []Result) error {
-	var errs []error
+// tells. A refund the store does not take leaves its charge spent.
+func (l *Limiter) refund(ctx context.Context, reqs []Request, spent func(i int) (string, Reply)) {
 	for i, q := range reqs {
 		id, rep := spent(i)
 		c := q.Policy.alg.(Refunder).RefundCall(q.Policy, l.Key(q.Policy, q.Key), q.Units(), id, rep)
-		if _, err := l.store.Run(ctx, c.Script, c.Keys, c.Args); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		rs[i].Remaining = min(rs[i].Remaining+q.Units(), q.Policy.limit)
+		_, _ = l.store.Run(ctx, c.Script, c.Keys, c.Args) // a failure leaves the charge spent
 	}
-	return errors.Join(errs...)
 }
 
 // RefundArgs formats the arguments of a refund call: integers in decimal,

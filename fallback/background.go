@@ -82,14 +82,14 @@ func (l *Limiter) background(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-l.flushNow:
-			if gen, ok := l.breaker.Allow(); ok && l.log.pending() > 0 {
+			if gen, ok := l.breaker.Allow(); ok && l.pendingWork() {
 				l.flush(ctx, gen)
 			}
 			continue
 		case <-tick:
 			tick = l.o.After(l.o.Heartbeat)
 		}
-		if set := l.shards.Load(); set != nil && set.covered && l.log.pending() == 0 {
+		if set := l.shards.Load(); set != nil && set.covered && !l.pendingWork() {
 			// The shards' cells decide every key now; this whole-store
 			// breaker only had a log to flush, and it is empty. (With
 			// slots no shard served, it still decides their keys, and
@@ -108,11 +108,14 @@ func (l *Limiter) background(ctx context.Context) {
 		case core.ClassOf(err) != core.ClassRequest && ctx.Err() == nil:
 			l.storeFailed(gen, err, l.o.Clock().Sub(start))
 		}
-		if err == nil && l.log.pending() > 0 {
+		if err == nil && l.pendingWork() {
 			l.flush(ctx, gen)
 		}
 	}
 }
+
+// pendingWork reports whether grants or resets wait to be applied in Redis.
+func (l *Limiter) pendingWork() bool { return l.log.pending() > 0 || l.resets.len() > 0 }
 
 // flush replays grants logged after the last replay, while the breaker is
 // closed (generation gen). A failure keeps them in the log and counts
@@ -178,6 +181,9 @@ func (l *Limiter) reconcile(ctx context.Context) error {
 	l.reconMu.Lock()
 	defer l.reconMu.Unlock()
 	start := l.o.Clock()
+	if err := l.applyResets(ctx); err != nil {
+		return fmt.Errorf("fallback: reset: %w", err)
+	}
 	total := 0
 	for round := 0; round < 20; round++ {
 		batches := l.log.seal()

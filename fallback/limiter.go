@@ -210,6 +210,11 @@ type Limiter struct {
 
 	// jnl is the state dir's journal; nil without StateDir.
 	jnl *journal
+
+	// resets are the resets not yet applied in Redis (Reset during an
+	// outage); multiMu makes AllowAll's local decisions one at a time.
+	resets  pendingResets
+	multiMu sync.Mutex
 }
 
 //go:embed members.lua
@@ -516,7 +521,7 @@ func (l *Limiter) decide(ctx context.Context, p core.Policy, key string, cost in
 		id = l.o.NewID()
 	}
 	if closed {
-		r, err := l.remote(ctx, gen, p, key, cost, id)
+		r, _, err := l.remote(ctx, gen, p, key, cost, id)
 		if err == nil || core.ClassOf(err) == core.ClassRequest || ctx.Err() != nil {
 			return r, err
 		}
@@ -533,7 +538,7 @@ func (l *Limiter) decide(ctx context.Context, p core.Policy, key string, cost in
 
 // remote decides through the store under the breaker's call deadline,
 // which the call carries in Redis time once the clock offset is known.
-func (l *Limiter) remote(ctx context.Context, gen uint64, p core.Policy, key string, cost int64, id string) (core.Result, error) {
+func (l *Limiter) remote(ctx context.Context, gen uint64, p core.Policy, key string, cost int64, id string) (core.Result, core.Reply, error) {
 	skey := core.StorageKey(l.o.Prefix, p.Name(), key)
 	timeout := l.breaker.CallTimeout()
 	cctx, cancel := context.WithTimeout(ctx, timeout)
@@ -550,18 +555,18 @@ func (l *Limiter) remote(ctx context.Context, gen uint64, p core.Policy, key str
 		if rep, err = core.ParseReply(raw); err == nil {
 			l.breaker.Done(gen, nil, took)
 			l.observe(skey, p, cost, start, rep)
-			return core.ResultOf(p.Limit(), rep, l.sharedMode, false), nil
+			return core.ResultOf(p.Limit(), rep, l.sharedMode, false), rep, nil
 		}
 	}
 	if ctx.Err() != nil {
-		return core.Result{}, ctx.Err() // the caller gave up: not the store's fault
+		return core.Result{}, core.Reply{}, ctx.Err() // the caller gave up: not the store's fault
 	}
 	if core.ClassOf(err) == core.ClassRequest {
 		l.breaker.Done(gen, nil, took) // Redis answered: the request is wrong
-		return core.Result{}, err
+		return core.Result{}, core.Reply{}, err
 	}
 	l.storeFailed(gen, err, took)
-	return core.Result{}, err
+	return core.Result{}, core.Reply{}, err
 }
 
 // storeFailed reports a failed store call made in breaker generation gen:
@@ -621,11 +626,7 @@ func (l *Limiter) observe(skey string, p core.Policy, cost int64, sent time.Time
 
 // local decides without the store, by the policy's outage mode.
 func (l *Limiter) local(ctx context.Context, p core.Policy, key string, cost int64, id string) (core.Result, error) {
-	mode := Leases
-	if len(l.o.OutageModes) > 0 {
-		mode = l.o.OutageModes[p.Name()]
-	}
-	switch mode {
+	switch l.outageMode(p) {
 	case FailClosed:
 		return core.Result{Limit: p.Limit(), RetryAfter: l.breaker.ProbeInterval(), Mode: core.ModeFailClosed, Degraded: true}, nil
 	case FailOpen:

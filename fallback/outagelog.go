@@ -346,3 +346,40 @@ func (g *outageLog) restore(b *core.Batch) {
 	g.sealed = append(g.sealed, b)
 	g.grants += len(b.Grants)
 }
+
+// drop removes every grant of storage key skey not yet replayed: a Reset
+// forgives them. With a state dir they are recorded as sealed and
+// acknowledged, so a restart does not bring them back.
+func (g *outageLog) drop(skey string) {
+	g.mu.Lock()
+	var gone []core.Batch
+	if b := g.open[skey]; b != nil {
+		b.closeLive()
+		delete(g.open, skey)
+		g.last = nil
+		g.grants -= len(b.Grants)
+		for len(b.Grants) > 0 {
+			part := b.Batch
+			part.Grants = b.Grants[:min(len(b.Grants), maxBatchGrants)]
+			b.Grants = b.Grants[len(part.Grants):]
+			g.seq++
+			part.ID = g.prefix + ":" + strconv.FormatUint(g.seq, 10)
+			if g.journal != nil {
+				g.journal.sealed(&part)
+			}
+			gone = append(gone, part)
+		}
+	}
+	g.sealed = slices.DeleteFunc(g.sealed, func(b *core.Batch) bool {
+		if b.Key != skey {
+			return false
+		}
+		g.grants -= len(b.Grants)
+		gone = append(gone, *b)
+		return true
+	})
+	g.mu.Unlock()
+	if g.journal != nil && len(gone) > 0 {
+		g.journal.acked(gone, make([]error, len(gone)))
+	}
+}

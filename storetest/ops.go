@@ -91,9 +91,9 @@ func RunOps(t *testing.T, l OpsLimiter) {
 				if err != nil || core.AllAllowed(rs) || core.Denied(rs) != 1 {
 					t.Fatalf("AllowAll %d past b's limit: %+v, %v; want b's denial", i+3, rs, err)
 				}
-				// a admitted it alone and was refunded: 2 left.
-				if !rs[0].Allowed || rs[0].Remaining != 2 || rs[1].Remaining != 0 {
-					t.Fatalf("AllowAll %d past b's limit: %+v; want a's own answer with 2 left, b's with 0", i+3, rs)
+				// a admits it alone (2 left, 1 after it) and is not spent.
+				if !rs[0].Allowed || rs[0].Remaining != 1 || rs[1].Remaining != 0 {
+					t.Fatalf("AllowAll %d past b's limit: %+v; want a's own answer (1 left after it), b's with 0", i+3, rs)
 				}
 			}
 			r, err = l.Peek(ctx, a, key, 2)

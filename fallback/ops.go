@@ -1,0 +1,371 @@
+package fallback
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/holdfast/holdfast/core"
+)
+
+// Peek, Reset and AllowAll on the fallback limiter: the same operations as
+// core.Limiter's, through Redis while the breaker is closed and on the
+// instance's own share while it is not.
+
+var _ core.MultiDecider = (*Limiter)(nil)
+
+// cellOf is the Limiter that decides key under p: a Cluster shard's cell,
+// or l.
+func (l *Limiter) cellOf(p core.Policy, key string) *Limiter {
+	if set := l.shards.Load(); set != nil {
+		if c := set.cellFor(l.o.Prefix, p.Name(), key); c != nil {
+			return c
+		}
+	}
+	return l
+}
+
+// call runs one script call through the store under the breaker's call
+// deadline (carried in Redis time by a guarded script once the offset is
+// known), in breaker generation gen, and reports the outcome to the
+// breaker as a decision's is.
+func (l *Limiter) call(ctx context.Context, gen uint64, sc *core.Script, keys, args []string) ([]int64, error) {
+	timeout := l.breaker.CallTimeout()
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	start := l.o.Clock()
+	if sc.Guarded() && l.offsetKnown.Load() {
+		args = append(args[:len(args):len(args)], core.DeadlineArg(start.UnixMicro()+timeout.Microseconds()+l.offset.Load()))
+	}
+	raw, err := l.store.Run(cctx, sc, keys, args)
+	took := l.o.Clock().Sub(start)
+	cancel()
+	switch {
+	case err == nil:
+		l.breaker.Done(gen, nil, took)
+		return raw, nil
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	case core.ClassOf(err) == core.ClassRequest:
+		l.breaker.Done(gen, nil, took)
+		return nil, err
+	}
+	l.storeFailed(gen, err, took)
+	return nil, err
+}
+
+// Peek returns what AllowN(ctx, p, key, cost) would answer now, spending
+// nothing: Redis's answer while the breaker is closed, else the answer of
+// the policy's outage mode (with Leases, of this instance's lease).
+func (l *Limiter) Peek(ctx context.Context, p core.Policy, key string, cost int64) (core.Result, error) {
+	if ctx == nil {
+		return core.Result{}, core.ErrNilContext
+	}
+	if err := core.CheckRequest(p, key, cost); err != nil {
+		return core.Result{}, err
+	}
+	pk, ok := p.Algorithm().(core.Peeker)
+	if !ok {
+		return core.Result{}, core.Errorf(core.ErrInvalidPolicy, "algorithm %s cannot peek", p.Algorithm().Name())
+	}
+	return l.cellOf(p, key).peek(ctx, pk, p, key, cost)
+}
+
+func (l *Limiter) peek(ctx context.Context, pk core.Peeker, p core.Policy, key string, cost int64) (core.Result, error) {
+	if gen, closed := l.breaker.Allow(); closed {
+		var id string
+		if p.Algorithm().NeedsID() {
+			id = l.o.NewID()
+		}
+		raw, err := l.call(ctx, gen, pk.PeekScript(), []string{core.StorageKey(l.o.Prefix, p.Name(), key)}, p.Algorithm().Args(p, cost, id, 0))
+		if err == nil {
+			var rep core.Reply
+			if rep, err = core.ParseReply(raw); err == nil {
+				l.setOffset(rep.Now)
+				return core.ResultOf(p.Limit(), rep, l.sharedMode, false), nil
+			}
+		}
+		if core.ClassOf(err) == core.ClassRequest || ctx.Err() != nil {
+			return core.Result{}, err
+		}
+	}
+	return l.localPeek(p, key, cost), nil
+}
+
+// outageMode is p's outage mode.
+func (l *Limiter) outageMode(p core.Policy) OutageMode {
+	if len(l.o.OutageModes) == 0 {
+		return Leases
+	}
+	return l.o.OutageModes[p.Name()]
+}
+
+// localPeek is what local would answer now, spending nothing: with Leases,
+// the decision of a copy of the key's lease.
+func (l *Limiter) localPeek(p core.Policy, key string, cost int64) core.Result {
+	switch l.outageMode(p) {
+	case FailClosed:
+		return core.Result{Limit: p.Limit(), RetryAfter: l.breaker.ProbeInterval(), Mode: core.ModeFailClosed, Degraded: true}
+	case FailOpen:
+		return core.Result{Allowed: true, Limit: p.Limit(), Remaining: p.Limit(), Mode: core.ModeFailOpen, Degraded: true}
+	}
+	n := l.instances.Load()
+	var rep core.Reply
+	l.leases.UpdateParts(l.o.Prefix, p.Name(), key, func(prev any, now int64) (any, int64) {
+		var cp keyState
+		if ks, _ := prev.(*keyState); ks != nil {
+			cp = *ks
+			if cp.lease != nil {
+				cp.lease = cloneLease(p, cp.lease)
+			}
+		}
+		rep, _ = cp.decideLease(p, n, now, cost)
+		return prev, -1 // the copy is dropped: nothing spent
+	})
+	return core.ResultOf(share(p.Limit(), n), rep, core.ModeLocal, true)
+}
+
+// cloneLease is a copy of lease, through its encoding: nil when it cannot
+// be read back (then decideLease starts a new one, from the known state).
+func cloneLease(p core.Policy, lease core.Lease) core.Lease {
+	lr, ok := p.Algorithm().(core.Leaser)
+	if !ok {
+		return nil
+	}
+	c, err := lr.LoadLease(p, lease.AppendBinary(nil))
+	if err != nil {
+		return nil
+	}
+	return c
+}
+
+// resetOnceScript deletes KEYS[1] unless the marker KEYS[2] says this reset
+// was applied already: a reset made during an outage and retried after a
+// lost reply deletes what other instances replayed since only once.
+var resetOnceScript = core.NewScript("reset_once", `
+if redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[1]) then
+  redis.call('DEL', KEYS[1])
+  return {1}
+end
+return {0}`, func(any, int64, []string) (any, []int64, int64, error) { return nil, []int64{1}, 0, nil })
+
+// resetMarkerTTL is how long a pending reset's marker lives: past any
+// retry of it.
+const resetMarkerTTL = 10 * time.Minute
+
+// pendingResets are the resets made while Redis could not take them, by
+// storage key, each with the id of its marker: applied once, before the
+// outage log is replayed.
+type pendingResets struct {
+	mu   sync.Mutex
+	keys map[string]string
+}
+
+func (r *pendingResets) add(skey, id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.keys == nil {
+		r.keys = make(map[string]string)
+	}
+	r.keys[skey] = id
+}
+
+func (r *pendingResets) len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.keys)
+}
+
+// Reset forgets key's usage of policy p: its next request finds a full
+// quota. Through Redis while the breaker is closed. During an outage the
+// instance's own lease starts again from a full share, the grants of key
+// that this instance logged and has not replayed are dropped (the reset
+// forgives them), and the reset is applied in Redis when it returns,
+// once, before this instance replays what it granted after the reset.
+// Grants another instance replays before that are reset too; those it
+// replays after it count.
+func (l *Limiter) Reset(ctx context.Context, p core.Policy, key string) error {
+	if ctx == nil {
+		return core.ErrNilContext
+	}
+	if err := core.CheckRequest(p, key, 1); err != nil {
+		return err
+	}
+	return l.cellOf(p, key).reset(ctx, p, key)
+}
+
+func (l *Limiter) reset(ctx context.Context, p core.Policy, key string) error {
+	skey := core.StorageKey(l.o.Prefix, p.Name(), key)
+	// Under the replay's lock: no batch of the key is in flight while its
+	// grants are dropped and the key deleted.
+	l.reconMu.Lock()
+	defer l.reconMu.Unlock()
+	l.log.drop(skey)
+	l.leases.Update(skey, func(any, int64) (any, int64) { return nil, 0 })
+	if gen, closed := l.breaker.Allow(); closed {
+		_, err := l.call(ctx, gen, core.ResetScript(), []string{skey}, nil)
+		if err == nil || core.ClassOf(err) == core.ClassRequest || ctx.Err() != nil {
+			return err
+		}
+	}
+	l.resets.add(skey, l.log.nextID())
+	return nil
+}
+
+// applyResets applies the pending resets; reconMu is held. A reset that
+// fails stays pending.
+func (l *Limiter) applyResets(ctx context.Context) error {
+	l.resets.mu.Lock()
+	pend := make(map[string]string, len(l.resets.keys))
+	for k, id := range l.resets.keys {
+		pend[k] = id
+	}
+	l.resets.mu.Unlock()
+	ttl := strconv.FormatInt(resetMarkerTTL.Milliseconds(), 10)
+	for skey, id := range pend {
+		cctx, cancel := context.WithTimeout(ctx, l.breaker.CallTimeout())
+		_, err := l.store.Run(cctx, resetOnceScript, []string{skey, skey + ":reset:" + id}, []string{ttl})
+		cancel()
+		if err != nil {
+			return err
+		}
+		l.resets.mu.Lock()
+		if l.resets.keys[skey] == id {
+			delete(l.resets.keys, skey)
+		}
+		l.resets.mu.Unlock()
+	}
+	return nil
+}
+
+// A charge is how AllowAll spent one request: through Redis (refunded
+// there if another request denies) or pending on the local path (spent
+// only once every request has been decided).
+type charge struct {
+	cell   *Limiter
+	id     string
+	rep    core.Reply
+	remote bool
+}
+
+// AllowAll charges every request, all or nothing, as core.Limiter's
+// AllowAll does: it admits only if each request's policy admits it, and a
+// denial by any spends none of the others. Requests whose shard's breaker
+// is closed are charged through Redis in order, and refunded there at the
+// first denial. Requests decided locally (an outage) apply the same rule
+// on this instance's shares: each is checked without spending (Peek's
+// local answer), and spent, by its outage mode, only once every request
+// has admitted; AllowAll calls of one Limiter take their local decisions
+// one at a time, so two of them never both spend the last of a share.
+// Each Result is what its policy alone answered (see core.Limiter.AllowAll).
+// A refund that Redis does not take leaves that charge spent (an
+// under-admission, never more admitted).
+func (l *Limiter) AllowAll(ctx context.Context, reqs ...core.Request) ([]core.Result, error) {
+	if ctx == nil {
+		return nil, core.ErrNilContext
+	}
+	if err := core.CheckRequests(reqs); err != nil {
+		return nil, err
+	}
+	rs := make([]core.Result, len(reqs))
+	ch := make([]charge, len(reqs))
+	locked := false
+	defer func() {
+		if locked {
+			l.multiMu.Unlock()
+		}
+	}()
+	for i, q := range reqs {
+		p, cost := q.Policy, q.Units()
+		c := l.cellOf(p, q.Key)
+		ch[i].cell = c
+		if p.Algorithm().NeedsID() {
+			ch[i].id = l.o.NewID()
+		}
+		r, rep, remote, err := c.chargeRemote(ctx, p, q.Key, cost, ch[i].id)
+		if err != nil {
+			l.refund(ctx, reqs[:i], ch)
+			return nil, err
+		}
+		if !remote {
+			if !locked {
+				l.multiMu.Lock()
+				locked = true
+			}
+			r = c.localPeek(p, q.Key, cost)
+		}
+		rs[i], ch[i].rep, ch[i].remote = r, rep, remote && r.Allowed
+		if r.Allowed {
+			continue
+		}
+		l.refund(ctx, reqs[:i], ch)
+		for j := i + 1; j < len(reqs); j++ {
+			if rs[j], err = l.Peek(ctx, reqs[j].Policy, reqs[j].Key, reqs[j].Units()); err != nil {
+				return nil, err
+			}
+		}
+		return rs, nil
+	}
+	// Every request admits: spend the local ones. One that a concurrent
+	// AllowN spent first denies now; the requests before it stay spent
+	// (an under-admission), the Redis ones are refunded.
+	for i, q := range reqs {
+		if ch[i].remote {
+			continue
+		}
+		r, err := ch[i].cell.local(ctx, q.Policy, q.Key, q.Units(), ch[i].id)
+		if err != nil || !r.Allowed {
+			rs[i] = r
+			l.refund(ctx, reqs, ch)
+			return rs, err
+		}
+		rs[i] = r
+	}
+	return rs, nil
+}
+
+// chargeRemote decides one request of AllowAll through Redis when its
+// breaker is closed: remote is false when Redis did not decide (the breaker
+// is not closed, or the call failed) and the request goes to the local
+// path. A remembered denial answers without a call.
+func (l *Limiter) chargeRemote(ctx context.Context, p core.Policy, key string, cost int64, id string) (core.Result, core.Reply, bool, error) {
+	gen, closed := l.breaker.Allow()
+	if !closed {
+		return core.Result{}, core.Reply{}, false, nil
+	}
+	if !l.o.NoDenialMemory {
+		if r, ok := l.recalled(p, key, cost); ok {
+			return r, core.Reply{}, true, nil
+		}
+	}
+	r, rep, err := l.remote(ctx, gen, p, key, cost, id)
+	if err == nil {
+		return r, rep, true, nil
+	}
+	if core.ClassOf(err) == core.ClassRequest || ctx.Err() != nil {
+		return core.Result{}, core.Reply{}, false, err
+	}
+	return core.Result{}, core.Reply{}, false, nil
+}
+
+// refund gives back the Redis charges among the first requests
+// (ch[i].remote). A refund Redis does not take
+// leaves its charge spent (an under-admission); the breaker counts its
+// failure and Status shows it.
+func (l *Limiter) refund(ctx context.Context, reqs []core.Request, ch []charge) {
+	for i, q := range reqs {
+		if !ch[i].remote {
+			continue
+		}
+		c := ch[i].cell
+		call := q.Policy.Algorithm().(core.Refunder).RefundCall(q.Policy, core.StorageKey(l.o.Prefix, q.Policy.Name(), q.Key), q.Units(), ch[i].id, ch[i].rep)
+		gen, closed := c.breaker.Allow()
+		if !closed {
+			continue
+		}
+		if _, err := c.call(ctx, gen, call.Script, call.Keys, call.Args); err != nil {
+			continue
+		}
+		ch[i].remote = false
+	}
+}

@@ -1,0 +1,168 @@
+package fallback_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/holdfast/holdfast/algorithms/slidingwindow"
+	"github.com/holdfast/holdfast/algorithms/tokenbucket"
+	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/fallback"
+	"github.com/holdfast/holdfast/internal/redistest"
+	"github.com/holdfast/holdfast/storetest"
+)
+
+// gate is a store that can be cut: while down every call fails as a lost
+// connection does.
+type gate struct {
+	core.Store
+	down atomic.Bool
+}
+
+func (g *gate) Run(ctx context.Context, s *core.Script, keys, args []string) ([]int64, error) {
+	if g.down.Load() {
+		return nil, core.Errorf(core.ErrStoreUnavailable, "gate: cut")
+	}
+	return g.Store.Run(ctx, s, keys, args)
+}
+
+func newGated(t *testing.T, backend string, srv *redistest.Server, down bool) (*fallback.Limiter, *gate) {
+	t.Helper()
+	g := &gate{Store: newStore(t, backend, srv.URL())}
+	g.down.Store(down)
+	l, err := fallback.New(g, fallback.Options{
+		ID:      "ops-" + backend,
+		Breaker: fallback.BreakerOptions{CallTimeout: callTimeout, ProbeInterval: 20 * time.Millisecond},
+		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l, g
+}
+
+// TestOps: Peek, Reset and AllowAll with exact values through Redis (both
+// clients) and during an outage, where one instance's share is the whole
+// quota and the local path applies the same rules.
+func TestOps(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	for _, backend := range []string{"goredis", "rueidis"} {
+		t.Run(backend+"/redis", func(t *testing.T) {
+			l, _ := newGated(t, backend, srv, false)
+			storetest.RunOps(t, l)
+			if st := l.Status(); st.Breaker != "closed" || st.PendingLog != 0 {
+				t.Fatalf("status after the ops: %+v", st)
+			}
+		})
+		t.Run(backend+"/outage", func(t *testing.T) {
+			l, _ := newGated(t, backend, srv, true)
+			storetest.RunOps(t, l)
+			if st := l.Status(); st.Breaker != "open" {
+				t.Fatalf("breaker %s, want open", st.Breaker)
+			}
+		})
+	}
+}
+
+// TestResetDuringOutage: a Reset while Redis is cut gives the instance a
+// full share at once, drops the grants it logged before the reset, and is
+// applied in Redis when it returns, once: after the recovery Redis holds
+// exactly the grants made after the reset.
+func TestResetDuringOutage(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	for _, backend := range []string{"goredis", "rueidis"} {
+		t.Run(backend, func(t *testing.T) {
+			l, g := newGated(t, backend, srv, false)
+			ctx := context.Background()
+			tb := must(tokenbucket.Policy("rtb"+backend, 5, 5.0/3600))
+			sw := must(slidingwindow.Policy("rsw"+backend, 5, time.Hour))
+			for _, p := range []core.Policy{tb, sw} {
+				for range 5 {
+					if r, err := l.Allow(ctx, p, "cust"); err != nil || !r.Allowed || r.Degraded {
+						t.Fatalf("%s through Redis: %+v %v", p.Name(), r, err)
+					}
+				}
+			}
+			g.down.Store(true)
+			for _, p := range []core.Policy{tb, sw} {
+				// The lease starts from the known state: empty.
+				if r, err := l.Allow(ctx, p, "cust"); err != nil || r.Allowed || !r.Degraded {
+					t.Fatalf("%s in the outage before Reset: %+v %v, want a local denial", p.Name(), r, err)
+				}
+				if err := l.Reset(ctx, p, "cust"); err != nil {
+					t.Fatal(err)
+				}
+				for i := range 2 {
+					if r, err := l.Allow(ctx, p, "cust"); err != nil || !r.Allowed || !r.Degraded || r.Remaining != int64(4-i) {
+						t.Fatalf("%s after Reset, request %d: %+v %v, want a local admission with %d left", p.Name(), i, r, err, 4-i)
+					}
+				}
+			}
+			if st := l.Status(); st.Breaker != "open" || st.PendingLog < 2 || st.PendingLog > 4 {
+				t.Fatalf("status in the outage: %+v, want open with the 4 grants after the resets logged (2 to 4 entries)", st)
+			}
+			g.down.Store(false)
+			until(t, "the breaker to close", func() bool { return l.Status().Breaker == "closed" && l.Status().PendingLog == 0 })
+			for _, p := range []core.Policy{tb, sw} {
+				// Redis: reset, then the 2 grants made after it.
+				if r, err := l.Peek(ctx, p, "cust", 3); err != nil || !r.Allowed || r.Remaining != 0 || r.Degraded {
+					t.Fatalf("%s after the recovery, peek of 3: %+v %v, want admitted with 0 left", p.Name(), r, err)
+				}
+				if r, err := l.Peek(ctx, p, "cust", 4); err != nil || r.Allowed {
+					t.Fatalf("%s after the recovery, peek of 4: %+v %v, want denied", p.Name(), r, err)
+				}
+			}
+		})
+	}
+}
+
+// TestAllowAllOutageMidway: a request of an AllowAll whose store call
+// fails goes to the local path, and the rule holds there: nothing spent
+// by a denied call, the share never exceeded.
+func TestAllowAllLocal(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	l, _ := newGated(t, "goredis", srv, true)
+	ctx := context.Background()
+	sec := must(tokenbucket.Policy("lsec", 3, 3.0/3600))
+	day := must(tokenbucket.Policy("lday", 5, 5.0/3600))
+	admitted, denied := 0, 0
+	for range 20 {
+		rs, err := l.AllowAll(ctx, core.Request{Policy: sec, Key: "c"}, core.Request{Policy: day, Key: "c"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if core.AllAllowed(rs) {
+			admitted++
+		} else {
+			denied++
+		}
+	}
+	if admitted != 3 || denied != 17 {
+		t.Fatalf("admitted %d, denied %d; want 3 and 17", admitted, denied)
+	}
+	// day was spent only by the 3 admitted.
+	if r, err := l.Peek(ctx, day, "c", 2); err != nil || !r.Allowed || r.Remaining != 0 {
+		t.Fatalf("day after the calls: %+v %v, want 2 left", r, err)
+	}
+	if _, err := l.AllowAll(ctx); !errors.Is(err, core.ErrInvalidPolicy) {
+		t.Fatalf("AllowAll of nothing: %v", err)
+	}
+	if _, err := l.AllowAll(ctx, core.Request{Policy: sec, Key: ""}); !errors.Is(err, core.ErrEmptyKey) {
+		t.Fatalf("AllowAll with an empty key: %v", err)
+	}
+	if _, err := l.AllowAll(ctx, core.Request{Policy: sec, Key: "c", Cost: 4}); !errors.Is(err, core.ErrCostExceedsLimit) {
+		t.Fatalf("AllowAll above capacity: %v", err)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdfast/holdfast/algorithms/slidingcounter"
 	"github.com/holdfast/holdfast/algorithms/slidingwindow"
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	"github.com/holdfast/holdfast/backend/goredis"
@@ -71,24 +72,29 @@ func redisNow(t *testing.T, srv *redistest.Server) int64 {
 // lost is sent again with the same id, and Redis counts it once.
 func TestCrashMidReconcileCountsOnce(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	store := &crashAfter{Store: newStore(t, srv), fail: 1}
-	p, _ := tokenbucket.Policy("tb", 10, 1)
-	now := time.Now().UnixMicro()
-	key := core.StorageKey("hf:", "tb", "crash")
-	b := core.Batch{ID: "app1:run:1", Key: key, Policy: p, Seed: core.Seed{Value: 10e6, At: now},
-		Grants: []core.Grant{{Cost: 3, At: now}, {Cost: 2, At: now}}}
-	r := reconcile.New(reconcile.Options{})
-	if errs := r.Reconcile(context.Background(), store, []core.Batch{b}); !errors.Is(errs[0], errCrash) {
-		t.Fatalf("first attempt: %v, want the injected crash", errs[0])
-	}
-	for attempt := range 3 {
-		if errs := r.Reconcile(context.Background(), store, []core.Batch{b}); errs[0] != nil {
-			t.Fatalf("retry %d: %v", attempt, errs[0])
-		}
-	}
-	if got := tokenbucket.FromEmpty(bucket(t, srv, key), now, 10e6); got.Credit != 5e6 {
-		t.Fatalf("bucket %+v, want 5 tokens (10 - 3 - 2) at %d: the batch counted once", got, now)
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t)
+			store := &crashAfter{Store: newStore(t, srv), fail: 1}
+			p, _ := tokenbucket.Policy("tb", 10, 1)
+			now := time.Now().UnixMicro()
+			key := core.StorageKey("hf:", "tb", "crash")
+			b := core.Batch{ID: "app1:run:1", Key: key, Policy: p, Seed: core.Seed{Value: 10e6, At: now},
+				Grants: []core.Grant{{Cost: 3, At: now}, {Cost: 2, At: now}}}
+			r := reconcile.New(reconcile.Options{})
+			if errs := reconcileIn(t, mode, r, store, []core.Batch{b}); !errors.Is(errs[0], errCrash) {
+				t.Fatalf("first attempt: %v, want the injected crash", errs[0])
+			}
+			for attempt := range 3 {
+				if errs := reconcileIn(t, mode, r, store, []core.Batch{b}); errs[0] != nil {
+					t.Fatalf("retry %d: %v", attempt, errs[0])
+				}
+			}
+			if got := tokenbucket.FromEmpty(bucket(t, srv, key), now, 10e6); got.Credit != 5e6 {
+				t.Fatalf("bucket %+v, want 5 tokens (10 - 3 - 2) at %d: the batch counted once", got, now)
+			}
+		})
 	}
 }
 
@@ -97,50 +103,55 @@ func TestCrashMidReconcileCountsOnce(t *testing.T) {
 // nothing.
 func TestScriptMatchesModel(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	store := newStore(t, srv)
-	p, _ := tokenbucket.Policy("tb", 10, 4) // 250 ms a token
-	full := int64(10 * 250_000)
-	now := time.Now().UnixMicro()
-	grants := []core.Grant{{Cost: 4, At: now - 900_000}, {Cost: 4, At: now - 800_000}, {Cost: 5, At: now - 100_000}, {Cost: 3, At: now}}
-	for i, tc := range []struct {
-		stored *tokenbucket.State
-		legacy bool // stored as the hash {c, t} of earlier versions
-		seed   core.Seed
-	}{
-		{stored: &tokenbucket.State{Credit: 1_000_000, Last: now - 1_000_000}},
-		{stored: &tokenbucket.State{Credit: 0, Last: now - 500_000}}, // newer than some grants
-		{stored: &tokenbucket.State{Credit: 0, Last: now - 500_000}, legacy: true},
-		{seed: core.Seed{Value: 500_000, At: now - 2_000_000}},
-		{},
-	} {
-		key := core.StorageKey("hf:", "tb", fmt.Sprint("model-", i))
-		var st int64
-		switch {
-		case tc.legacy:
-			st = tc.stored.Empty()
-			srv.Do(t, "HSET", key, "c", fmt.Sprint(tc.stored.Credit), "t", fmt.Sprint(tc.stored.Last))
-		case tc.stored != nil:
-			st = tc.stored.Empty()
-			srv.Do(t, "SET", key, fmt.Sprint(st))
-		}
-		b := core.Batch{ID: fmt.Sprint("b", i), Key: key, Policy: p, Seed: tc.seed, Grants: grants}
-		before := redisNow(t, srv)
-		if errs := reconcile.New(reconcile.Options{}).Reconcile(context.Background(), store, []core.Batch{b}); errs[0] != nil {
-			t.Fatal(errs[0])
-		}
-		after := redisNow(t, srv)
-		// The script bounds the debt at its own Redis time, between before
-		// and after: the model at both brackets it.
-		lo := tokenbucket.Replay(st, tc.stored != nil, tc.seed, &tokenbucket.MergeLog{}, 10, 250_000, before, grants)
-		hi := tokenbucket.Replay(st, tc.stored != nil, tc.seed, &tokenbucket.MergeLog{}, 10, 250_000, after, grants)
-		got := bucket(t, srv, key)
-		if got < lo || got > hi {
-			t.Errorf("case %d: Redis %d, model %d..%d", i, got, lo, hi)
-		}
-		if c := tokenbucket.FromEmpty(got, after, full).Credit; c < -full || c > full {
-			t.Errorf("case %d: credit %d outside ±one bucket", i, c)
-		}
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t)
+			store := newStore(t, srv)
+			p, _ := tokenbucket.Policy("tb", 10, 4) // 250 ms a token
+			full := int64(10 * 250_000)
+			now := time.Now().UnixMicro()
+			grants := []core.Grant{{Cost: 4, At: now - 900_000}, {Cost: 4, At: now - 800_000}, {Cost: 5, At: now - 100_000}, {Cost: 3, At: now}}
+			for i, tc := range []struct {
+				stored *tokenbucket.State
+				legacy bool // stored as the hash {c, t} of earlier versions
+				seed   core.Seed
+			}{
+				{stored: &tokenbucket.State{Credit: 1_000_000, Last: now - 1_000_000}},
+				{stored: &tokenbucket.State{Credit: 0, Last: now - 500_000}}, // newer than some grants
+				{stored: &tokenbucket.State{Credit: 0, Last: now - 500_000}, legacy: true},
+				{seed: core.Seed{Value: 500_000, At: now - 2_000_000}},
+				{},
+			} {
+				key := core.StorageKey("hf:", "tb", fmt.Sprint("model-", i))
+				var st int64
+				switch {
+				case tc.legacy:
+					st = tc.stored.Empty()
+					srv.Do(t, "HSET", key, "c", fmt.Sprint(tc.stored.Credit), "t", fmt.Sprint(tc.stored.Last))
+				case tc.stored != nil:
+					st = tc.stored.Empty()
+					srv.Do(t, "SET", key, fmt.Sprint(st))
+				}
+				b := core.Batch{ID: fmt.Sprint("b", i), Key: key, Policy: p, Seed: tc.seed, Grants: grants}
+				before := redisNow(t, srv)
+				if errs := reconcileIn(t, mode, reconcile.New(reconcile.Options{}), store, []core.Batch{b}); errs[0] != nil {
+					t.Fatal(errs[0])
+				}
+				after := redisNow(t, srv)
+				// The script bounds the debt at its own Redis time, between before
+				// and after: the model at both brackets it.
+				lo := tokenbucket.Replay(st, tc.stored != nil, tc.seed, &tokenbucket.MergeLog{}, 10, 250_000, before, grants)
+				hi := tokenbucket.Replay(st, tc.stored != nil, tc.seed, &tokenbucket.MergeLog{}, 10, 250_000, after, grants)
+				got := bucket(t, srv, key)
+				if got < lo || got > hi {
+					t.Errorf("case %d: Redis %d, model %d..%d", i, got, lo, hi)
+				}
+				if c := tokenbucket.FromEmpty(got, after, full).Credit; c < -full || c > full {
+					t.Errorf("case %d: credit %d outside ±one bucket", i, c)
+				}
+			}
+		})
 	}
 }
 
@@ -149,38 +160,43 @@ func TestScriptMatchesModel(t *testing.T) {
 // global bucket fed all grants) does.
 func TestScriptMergesInstances(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	store := newStore(t, srv)
-	p, _ := tokenbucket.Policy("tb", 10, 10) // 100 ms a token
-	now := time.Now().UnixMicro()
-	key := core.StorageKey("hf:", "tb", "merge")
-	start := tokenbucket.State{Credit: 2 * 100_000, Last: now - 3_000_000}
-	srv.Do(t, "SET", key, fmt.Sprint(start.Empty()))
-	var m tokenbucket.MergeLog
-	want := start.Empty()
-	r := reconcile.New(reconcile.Options{})
-	for i := range 3 {
-		var grants []core.Grant
-		for j := range 10 {
-			// Each instance admits 2.5 a second, interleaved with the others.
-			grants = append(grants, core.Grant{Cost: 1, At: now - 3_000_000 + int64(j)*400_000 + int64(i)*133_000})
-		}
-		b := core.Batch{ID: fmt.Sprint("app", i), Key: key, Policy: p, Grants: grants}
-		if errs := r.Reconcile(context.Background(), store, []core.Batch{b}); errs[0] != nil {
-			t.Fatal(errs[0])
-		}
-		// No debt reaches a bucket here, so the replay's own time does not
-		// matter to the model.
-		want = tokenbucket.Replay(want, true, core.Seed{}, &m, 10, 100_000, now, grants)
-		if got := bucket(t, srv, key); got != want {
-			t.Fatalf("after instance %d: Redis %d, model %d", i, got, want)
-		}
-	}
-	// 30 grants over 3 s at 10 a second of refill, from 2 tokens: one global
-	// bucket never fills, so it ends at 2 + 26.x - 30 tokens, not in a debt
-	// of a whole bucket as charging the later instances without refill would.
-	if c := tokenbucket.FromEmpty(want, now, 10*100_000).Credit; c < -2*100_000 {
-		t.Fatalf("credit %d: the merge charged more than one global bucket", c)
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t)
+			store := newStore(t, srv)
+			p, _ := tokenbucket.Policy("tb", 10, 10) // 100 ms a token
+			now := time.Now().UnixMicro()
+			key := core.StorageKey("hf:", "tb", "merge")
+			start := tokenbucket.State{Credit: 2 * 100_000, Last: now - 3_000_000}
+			srv.Do(t, "SET", key, fmt.Sprint(start.Empty()))
+			var m tokenbucket.MergeLog
+			want := start.Empty()
+			r := reconcile.New(reconcile.Options{})
+			for i := range 3 {
+				var grants []core.Grant
+				for j := range 10 {
+					// Each instance admits 2.5 a second, interleaved with the others.
+					grants = append(grants, core.Grant{Cost: 1, At: now - 3_000_000 + int64(j)*400_000 + int64(i)*133_000})
+				}
+				b := core.Batch{ID: fmt.Sprint("app", i), Key: key, Policy: p, Grants: grants}
+				if errs := reconcileIn(t, mode, r, store, []core.Batch{b}); errs[0] != nil {
+					t.Fatal(errs[0])
+				}
+				// No debt reaches a bucket here, so the replay's own time does not
+				// matter to the model.
+				want = tokenbucket.Replay(want, true, core.Seed{}, &m, 10, 100_000, now, grants)
+				if got := bucket(t, srv, key); got != want {
+					t.Fatalf("after instance %d: Redis %d, model %d", i, got, want)
+				}
+			}
+			// 30 grants over 3 s at 10 a second of refill, from 2 tokens: one global
+			// bucket never fills, so it ends at 2 + 26.x - 30 tokens, not in a debt
+			// of a whole bucket as charging the later instances without refill would.
+			if c := tokenbucket.FromEmpty(want, now, 10*100_000).Credit; c < -2*100_000 {
+				t.Fatalf("credit %d: the merge charged more than one global bucket", c)
+			}
+		})
 	}
 }
 
@@ -188,25 +204,30 @@ func TestScriptMergesInstances(t *testing.T) {
 // ("base c t") is read as that bucket.
 func TestScriptReadsLegacyMergeLog(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	store := newStore(t, srv)
-	p, _ := tokenbucket.Policy("tb", 10, 10) // 100 ms a token
-	now := time.Now().UnixMicro()
-	key := core.StorageKey("hf:", "tb", "legacy-log")
-	base := tokenbucket.State{Credit: 300_000, Last: now - 200_000}
-	logged := core.Grant{Cost: 4, At: now - 190_000}
-	srv.Do(t, "SET", key, fmt.Sprint(base.Empty()+4*100_000))
-	srv.Do(t, "RPUSH", reconcile.MergeKey(key), fmt.Sprint("base ", base.Credit, " ", base.Last), fmt.Sprint(logged.At, " ", logged.Cost))
-	srv.Do(t, "PEXPIRE", reconcile.MergeKey(key), "60000")
-	grants := []core.Grant{{Cost: 2, At: now - 195_000}, {Cost: 3, At: now - 100_000}}
-	b := core.Batch{ID: "second", Key: key, Policy: p, Grants: grants}
-	if errs := reconcile.New(reconcile.Options{}).Reconcile(context.Background(), store, []core.Batch{b}); errs[0] != nil {
-		t.Fatal(errs[0])
-	}
-	m := tokenbucket.MergeLog{Started: true, Base: base.Empty(), Grants: []core.Grant{logged}}
-	want := tokenbucket.Replay(base.Empty()+4*100_000, true, core.Seed{}, &m, 10, 100_000, now, grants)
-	if got := bucket(t, srv, key); got != want {
-		t.Fatalf("Redis %d, model %d", got, want)
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t)
+			store := newStore(t, srv)
+			p, _ := tokenbucket.Policy("tb", 10, 10) // 100 ms a token
+			now := time.Now().UnixMicro()
+			key := core.StorageKey("hf:", "tb", "legacy-log")
+			base := tokenbucket.State{Credit: 300_000, Last: now - 200_000}
+			logged := core.Grant{Cost: 4, At: now - 190_000}
+			srv.Do(t, "SET", key, fmt.Sprint(base.Empty()+4*100_000))
+			srv.Do(t, "RPUSH", reconcile.MergeKey(key), fmt.Sprint("base ", base.Credit, " ", base.Last), fmt.Sprint(logged.At, " ", logged.Cost))
+			srv.Do(t, "PEXPIRE", reconcile.MergeKey(key), "60000")
+			grants := []core.Grant{{Cost: 2, At: now - 195_000}, {Cost: 3, At: now - 100_000}}
+			b := core.Batch{ID: "second", Key: key, Policy: p, Grants: grants}
+			if errs := reconcileIn(t, mode, reconcile.New(reconcile.Options{}), store, []core.Batch{b}); errs[0] != nil {
+				t.Fatal(errs[0])
+			}
+			m := tokenbucket.MergeLog{Started: true, Base: base.Empty(), Grants: []core.Grant{logged}}
+			want := tokenbucket.Replay(base.Empty()+4*100_000, true, core.Seed{}, &m, 10, 100_000, now, grants)
+			if got := bucket(t, srv, key); got != want {
+				t.Fatalf("Redis %d, model %d", got, want)
+			}
+		})
 	}
 }
 
@@ -215,36 +236,41 @@ func TestScriptReadsLegacyMergeLog(t *testing.T) {
 // outside the window are skipped, and an empty key is seeded.
 func TestSlidingWindowReplay(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	store := newStore(t, srv)
-	p, _ := slidingwindow.Policy("sw", 10, 10*time.Second)
-	now := time.Now().UnixMicro()
-	key := core.StorageKey("hf:", "sw", "replay")
-	grants := []core.Grant{
-		{ID: "old", Cost: 1, At: now - 20_000_000}, // outside the window
-		{ID: "a", Cost: 1, At: now - 5_000_000},
-		{ID: "b", Cost: 3, At: now - 1_000_000},
-	}
-	seed := core.Seed{Value: 2, At: now - 3_000_000}
-	r := reconcile.New(reconcile.Options{})
-	for _, id := range []string{"batch-1", "batch-1", "batch-2"} {
-		b := core.Batch{ID: id, Key: key, Policy: p, Seed: seed, Grants: grants}
-		if errs := r.Reconcile(context.Background(), store, []core.Batch{b}); errs[0] != nil {
-			t.Fatal(errs[0])
-		}
-	}
-	// 2 seeded (the key was missing) + a + b, b#1, b#2.
-	if n := srv.Do(t, "ZCARD", key); n != "6" {
-		t.Fatalf("ZCARD = %s, want 6", n)
-	}
-	if s, _ := strconv.ParseFloat(srv.Do(t, "ZSCORE", key, "b#2"), 64); int64(s) != now-1_000_000 {
-		t.Fatalf("b#2 scored %v, want its original time %d", s, now-1_000_000)
-	}
-	// The decision script now sees 6 of 10 used.
-	l, _ := core.NewLimiter(store, core.Options{})
-	res, err := l.AllowN(context.Background(), p, "replay", 5)
-	if err != nil || res.Allowed || res.Remaining != 4 {
-		t.Fatalf("after replay: %+v, %v; want a denial with 4 remaining", res, err)
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t)
+			store := newStore(t, srv)
+			p, _ := slidingwindow.Policy("sw", 10, 10*time.Second)
+			now := time.Now().UnixMicro()
+			key := core.StorageKey("hf:", "sw", "replay")
+			grants := []core.Grant{
+				{ID: "old", Cost: 1, At: now - 20_000_000}, // outside the window
+				{ID: "a", Cost: 1, At: now - 5_000_000},
+				{ID: "b", Cost: 3, At: now - 1_000_000},
+			}
+			seed := core.Seed{Value: 2, At: now - 3_000_000}
+			r := reconcile.New(reconcile.Options{})
+			for _, id := range []string{"batch-1", "batch-1", "batch-2"} {
+				b := core.Batch{ID: id, Key: key, Policy: p, Seed: seed, Grants: grants}
+				if errs := reconcileIn(t, mode, r, store, []core.Batch{b}); errs[0] != nil {
+					t.Fatal(errs[0])
+				}
+			}
+			// 2 seeded (the key was missing) + a + b, b#1, b#2.
+			if n := srv.Do(t, "ZCARD", key); n != "6" {
+				t.Fatalf("ZCARD = %s, want 6", n)
+			}
+			if s, _ := strconv.ParseFloat(srv.Do(t, "ZSCORE", key, "b#2"), 64); int64(s) != now-1_000_000 {
+				t.Fatalf("b#2 scored %v, want its original time %d", s, now-1_000_000)
+			}
+			// The decision script now sees 6 of 10 used.
+			l, _ := core.NewLimiter(store, core.Options{})
+			res, err := l.AllowN(context.Background(), p, "replay", 5)
+			if err != nil || res.Allowed || res.Remaining != 4 {
+				t.Fatalf("after replay: %+v, %v; want a denial with 4 remaining", res, err)
+			}
+		})
 	}
 }
 
@@ -258,7 +284,9 @@ func TestSlidingWindowReplay(t *testing.T) {
 // log is still open merges against a growing log. redis-µs/key is Redis's
 // CPU time (INFO cpu) per key: the replay is Redis-bound when it is close to
 // ns/op / N. failed/op counts batches whose first attempt failed (sent
-// again, as the fallback layer does; the time includes that).
+// again, as the fallback layer does; the time includes that). Each size
+// runs with one batch a call and with DefaultMultiBatches a call (batches
+// of one hash slot together).
 func BenchmarkReconcile(b *testing.B) {
 	for _, backend := range []string{"goredis", "rueidis"} {
 		b.Run(backend, func(b *testing.B) { benchReconcile(b, backend) })
@@ -287,44 +315,47 @@ func benchReconcile(b *testing.B, backend string) {
 	}
 	tb, _ := tokenbucket.Policy("rtb", 100, 10)
 	sw, _ := slidingwindow.Policy("rsw", 100, time.Minute)
-	for _, p := range []core.Policy{tb, sw} {
+	sc, _ := slidingcounter.Policy("rsc", 100, time.Minute)
+	for _, p := range []core.Policy{tb, sw, sc} {
 		for _, n := range []int{1_000, 10_000, 100_000} {
-			b.Run(fmt.Sprint(p.Algorithm().Name(), "/", n, "_keys"), func(b *testing.B) {
-				r := reconcile.New(reconcile.Options{})
-				var redisCPU time.Duration
-				var failed int
-				for range b.N {
-					b.StopTimer()
-					srv.Do(b, "FLUSHALL", "SYNC")
-					batches := reconcileBatches(p, "bench-", n, time.Now().UnixMicro())
-					cpu0 := serverCPU(b, srv)
-					b.StartTimer()
-					// As the fallback layer (and the harness) do, batches
-					// that failed, an unknown outcome, are sent again with
-					// the same ids.
-					for attempt := 0; len(batches) > 0; attempt++ {
-						var again []core.Batch
-						var last error
-						for i, err := range r.Reconcile(context.Background(), store, batches) {
-							if err != nil {
-								again, last = append(again, batches[i]), err
+			for _, per := range []int{1, reconcile.DefaultMultiBatches} {
+				b.Run(fmt.Sprint(p.Algorithm().Name(), "/", n, "_keys/", per, "_per_call"), func(b *testing.B) {
+					r := reconcile.New(reconcile.Options{MultiBatches: per})
+					var redisCPU time.Duration
+					var failed int
+					for range b.N {
+						b.StopTimer()
+						srv.Do(b, "FLUSHALL", "SYNC")
+						batches := reconcileBatches(p, "bench-", n, time.Now().UnixMicro())
+						cpu0 := serverCPU(b, srv)
+						b.StartTimer()
+						// As the fallback layer (and the harness) do, batches
+						// that failed, an unknown outcome, are sent again with
+						// the same ids.
+						for attempt := 0; len(batches) > 0; attempt++ {
+							var again []core.Batch
+							var last error
+							for i, err := range r.Reconcile(context.Background(), store, batches) {
+								if err != nil {
+									again, last = append(again, batches[i]), err
+								}
 							}
+							if attempt == 0 {
+								failed += len(again)
+							}
+							if len(again) > 0 && attempt == 4 {
+								b.Fatalf("%d batches still failing: %v", len(again), last)
+							}
+							batches = again
 						}
-						if attempt == 0 {
-							failed += len(again)
-						}
-						if len(again) > 0 && attempt == 4 {
-							b.Fatalf("%d batches still failing: %v", len(again), last)
-						}
-						batches = again
+						b.StopTimer()
+						redisCPU += serverCPU(b, srv) - cpu0
+						b.StartTimer()
 					}
-					b.StopTimer()
-					redisCPU += serverCPU(b, srv) - cpu0
-					b.StartTimer()
-				}
-				b.ReportMetric(float64(redisCPU.Microseconds())/float64(b.N*n), "redis-µs/key")
-				b.ReportMetric(float64(failed)/float64(b.N), "failed/op")
-			})
+					b.ReportMetric(float64(redisCPU.Microseconds())/float64(b.N*n), "redis-µs/key")
+					b.ReportMetric(float64(failed)/float64(b.N), "failed/op")
+				})
+			}
 		}
 	}
 }

@@ -15,7 +15,14 @@ var replaySource string
 // batch marker.
 var ReplayScript = core.NewScript("reconcile_"+Name, replaySource, nil)
 
-var _ core.Replayer = algorithm{}
+// ReplayMultiScript applies several batches in one call, each as
+// ReplayScript would alone (core.NewMultiReplayScript of replay.lua).
+var ReplayMultiScript = core.NewMultiReplayScript("reconcile_"+Name+"_multi", replaySource)
+
+// MultiReplayScript is ReplayMultiScript.
+func (algorithm) MultiReplayScript() *core.Script { return ReplayMultiScript }
+
+var _ core.MultiReplayer = algorithm{}
 
 // ReplayCall returns the replay.lua call for batch b: KEYS the counter and
 // the marker; ARGV the limit, the window, the marker TTL, the seed (its

@@ -16,9 +16,16 @@ var replaySource string
 // happened and a replay adds nothing twice (replay.lua).
 var ReplayScript = core.NewScript("reconcile_sliding_window", replaySource, nil)
 
+// ReplayMultiScript applies several batches in one call, each as
+// ReplayScript would alone (core.NewMultiReplayScript of replay.lua).
+var ReplayMultiScript = core.NewMultiReplayScript("reconcile_sliding_window_multi", replaySource)
+
+// MultiReplayScript is ReplayMultiScript.
+func (algorithm) MultiReplayScript() *core.Script { return ReplayMultiScript }
+
 var (
-	_ core.Replayer = algorithm{}
-	_ core.Quotaer  = algorithm{}
+	_ core.MultiReplayer = algorithm{}
+	_ core.Quotaer       = algorithm{}
 )
 
 // ReplayCall returns the replay.lua call for batch b: KEYS the window and

@@ -19,9 +19,16 @@ var replaySource string
 // recovery (replay.lua; Replay is its Go model).
 var ReplayScript = core.NewScript("reconcile_token_bucket", replaySource, nil)
 
+// ReplayMultiScript applies several batches in one call, each as
+// ReplayScript would alone (core.NewMultiReplayScript of replay.lua).
+var ReplayMultiScript = core.NewMultiReplayScript("reconcile_token_bucket_multi", replaySource)
+
+// MultiReplayScript is ReplayMultiScript.
+func (algorithm) MultiReplayScript() *core.Script { return ReplayMultiScript }
+
 var (
-	_ core.Replayer = algorithm{}
-	_ core.Quotaer  = algorithm{}
+	_ core.MultiReplayer = algorithm{}
+	_ core.Quotaer       = algorithm{}
 )
 
 // ReplayCall returns the replay.lua call for batch b: KEYS the bucket, the

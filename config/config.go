@@ -23,10 +23,14 @@
 //
 // Loading is strict: an unknown or repeated field, a missing required field,
 // a field of the other algorithm, a number that cannot describe a limit, a
-// repeated name or path, an empty policy list or a second YAML document is an
+// repeated name, an empty policy list or a second YAML document is an
 // error. Every error about a policy is a *FieldError that names the policy
 // (by name, or by position when it has none) and the field; errors about the
 // policy numbers wrap core.ErrInvalidPolicy.
+//
+// Several policies may share a path, with the same key: they limit the
+// route together, all or nothing (Routes, httplimit.Rule.Also), e.g. 10
+// per second and 1000 per day for one client.
 //
 // path and key are optional so that a service that routes itself (with
 // chi, gorilla/mux or its own code) and finds keys its own way (a token's
@@ -91,6 +95,41 @@ func (p Policy) Rule() httplimit.Rule {
 		r.Outage = httplimit.FailClosed
 	}
 	return r
+}
+
+// A Route is a path and the policies that limit it: the policies of the
+// config with that path, in file order, charged together (all or nothing:
+// httplimit.Rule.Also).
+type Route struct {
+	Path string
+	// Rule has the first policy as Policy and the others as Also; its Key
+	// and Outage are the first policy's (FailClosed if any policy of the
+	// path is fail_closed).
+	Rule httplimit.Rule
+}
+
+// Routes returns the config's routes, in the order of each path's first
+// policy. Policies without a path are left out.
+func (c *Config) Routes() []Route {
+	var rs []Route
+	at := make(map[string]int)
+	for _, p := range c.Policies {
+		if p.Path == "" {
+			continue
+		}
+		i, ok := at[p.Path]
+		if !ok {
+			at[p.Path] = len(rs)
+			rs = append(rs, Route{Path: p.Path, Rule: p.Rule()})
+			continue
+		}
+		r := &rs[i].Rule
+		r.Also = append(r.Also, p.Policy)
+		if p.Outage == fallback.FailClosed {
+			r.Outage = httplimit.FailClosed
+		}
+	}
+	return rs
 }
 
 // LoadFile is Load of the file at path.
@@ -159,7 +198,11 @@ func (c *Config) Validate() error {
 			return fe("path", "%s", msg)
 		}
 		if j, dup := paths[p.Path]; dup {
-			return fe("path", "%s is already the path of policy %s", show(p.Path), show(c.Policies[j].Name))
+			// Policies of one path are charged together, for one key.
+			if c.Policies[j].Key != p.Key {
+				return fe("key", "differs from the key of policy %s, whose path %s it shares: the policies of one path are charged together, for one client key", show(c.Policies[j].Name), show(p.Path))
+			}
+			continue
 		}
 		paths[p.Path] = i
 	}

@@ -178,7 +178,7 @@ func TestLoadRejects(t *testing.T) {
 		{"bad outage mode", policies(tb("", "outage: sometimes")), []string{`policy "tb"`, `outage: unknown mode "sometimes"`}, false},
 		{"outage a mapping", policies(tb("", "outage: {a: 1}")), []string{`policy "tb"`, "outage: want a single value"}, false},
 		{"duplicate name", policies(tbPolicy, tb("path", "path: /other")), []string{`policy "tb"`, `name: "tb" is already the name of policy #1`}, false},
-		{"duplicate path", policies(tbPolicy, sw("path", "path: /api/tb")), []string{`policy "sw"`, `path: "/api/tb" is already the path of policy "tb"`}, false},
+		{"shared path, another key", policies(tbPolicy, sw("path", "path: /api/tb")), []string{`policy "sw"`, `key: differs from the key of policy "tb", whose path "/api/tb" it shares`}, false},
 
 		// Token bucket numbers.
 		{"window on a token bucket", policies(tb("", "window: 2s")), []string{`policy "tb"`, "window: not a token_bucket field (it belongs to sliding_window or sliding_window_counter)"}, true},
@@ -345,5 +345,21 @@ func TestValidate(t *testing.T) {
 		if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.HasPrefix(err.Error(), tt.want)) {
 			t.Errorf("%s: Validate() = %v, want %q", tt.name, err, tt.want)
 		}
+	}
+}
+
+// TestRoutes: policies sharing a path and key make one route that charges
+// them together, in file order; fail_closed on any makes the route's.
+func TestRoutes(t *testing.T) {
+	src := policies(tbPolicy, edit(edit(sw("path", "path: /api/tb"), "key", "key: header:X-Client-ID"), "outage", "outage: fail_closed"), swPolicy)
+	src = strings.Replace(src, "name: sw\n", "name: sw2\n", 1)
+	cfg, err := Load(strings.NewReader(src))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, src)
+	}
+	rs := cfg.Routes()
+	if len(rs) != 2 || rs[0].Path != "/api/tb" || rs[0].Rule.Policy.Name() != "tb" || len(rs[0].Rule.Also) != 1 || rs[0].Rule.Also[0].Name() != "sw2" ||
+		rs[0].Rule.Outage != httplimit.FailClosed || rs[1].Path != "/api/sw" || len(rs[1].Rule.Also) != 0 {
+		t.Fatalf("routes %+v", rs)
 	}
 }

@@ -86,9 +86,9 @@ func Fields(p core.Policy, res core.Result) (policy, rateLimit, retry string) {
 
 // setHeaders adds the RateLimit-Policy and RateLimit fields, sets
 // Retry-After on a denial, and sets the X-RateLimit fields if chosen, for
-// decision res under the rule's policy.
-func (m *middleware) setHeaders(h http.Header, res core.Result) {
-	policy, rateLimit, retry := Fields(m.rule.Policy, res)
+// decision res under policy p.
+func (m *middleware) setHeaders(h http.Header, p core.Policy, res core.Result) {
+	policy, rateLimit, retry := Fields(p, res)
 	h.Add("RateLimit-Policy", policy)
 	h.Add("RateLimit", rateLimit)
 	if retry != "" {

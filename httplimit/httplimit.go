@@ -65,6 +65,14 @@ type Rule struct {
 	// Outage decides a request whose limiter returned a store error; the
 	// zero value is FailOpen.
 	Outage Outage
+	// Also are further policies charged with Policy, for the same key and
+	// cost, all or nothing (core.MultiDecider.AllowAll): a request is
+	// admitted only if every policy admits it, and one denied by any
+	// spends none of the others. The limiter must be a core.MultiDecider.
+	// The header fields list every policy; Retry-After and FromContext
+	// give the first denying policy's decision, or on admission the
+	// decision with the least remaining.
+	Also []core.Policy
 }
 
 // Outage is what the middleware does with a request its limiter could not
@@ -149,6 +157,19 @@ func New(l Limiter, rule Rule, opts ...Option) func(http.Handler) http.Handler {
 	case !rule.Policy.Valid():
 		panic("httplimit: Rule.Policy is the zero Policy")
 	}
+	var multi core.MultiDecider
+	if len(rule.Also) > 0 {
+		md, ok := l.(core.MultiDecider)
+		if !ok {
+			panic("httplimit: Rule.Also needs a Limiter that is a core.MultiDecider")
+		}
+		for _, p := range rule.Also {
+			if !p.Valid() {
+				panic("httplimit: Rule.Also holds the zero Policy")
+			}
+		}
+		multi = md
+	}
 	o := options{logger: slog.Default(), deny: deny, onError: writeError, now: time.Now}
 	for _, opt := range opts {
 		opt(&o)
@@ -159,16 +180,17 @@ func New(l Limiter, rule Rule, opts ...Option) func(http.Handler) http.Handler {
 	if o.now == nil {
 		o.now = time.Now
 	}
-	m := &middleware{lim: l, rule: rule, o: o}
+	m := &middleware{lim: l, multi: multi, rule: rule, o: o}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(next, w, r) })
 	}
 }
 
 type middleware struct {
-	lim  Limiter
-	rule Rule
-	o    options
+	lim   Limiter
+	multi core.MultiDecider // l, when the rule has Also
+	rule  Rule
+	o     options
 	// storeLog and failLog space the lines about store errors and about
 	// undecided requests.
 	storeLog, failLog throttle
@@ -222,20 +244,71 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		return
 	}
 	p := m.rule.Policy
-	res, err := m.lim.AllowN(r.Context(), p, key, cost)
-	if err != nil {
-		if res, err = m.outage(r, err); err != nil {
+	var res core.Result
+	if m.multi != nil {
+		if res, p, err = m.decideAll(w.Header(), r, key, cost); err != nil {
 			m.fail(w, r, err)
 			return
 		}
+	} else {
+		res, err = m.lim.AllowN(r.Context(), p, key, cost)
+		if err != nil {
+			if res, err = m.outage(r, err); err != nil {
+				m.fail(w, r, err)
+				return
+			}
+		}
+		m.setHeaders(w.Header(), p, res)
 	}
-	m.setHeaders(w.Header(), res)
 	r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, decision{res: res, policy: p.Name()}))
 	if !res.Allowed {
 		m.o.deny(w, r, res)
 		return
 	}
 	next.ServeHTTP(w, r)
+}
+
+// decideAll charges the rule's policies together, sets the header fields
+// of each, and returns the decision that speaks for them (see Rule.Also)
+// and its policy.
+func (m *middleware) decideAll(h http.Header, r *http.Request, key string, cost int64) (core.Result, core.Policy, error) {
+	ps := append([]core.Policy{m.rule.Policy}, m.rule.Also...)
+	reqs := make([]core.Request, len(ps))
+	for i, p := range ps {
+		reqs[i] = core.Request{Policy: p, Key: key, Cost: cost}
+	}
+	rs, err := m.multi.AllowAll(r.Context(), reqs...)
+	if err != nil {
+		res, err := m.outage(r, err)
+		if err != nil {
+			return core.Result{}, core.Policy{}, err
+		}
+		rs = make([]core.Result, len(ps))
+		for i, p := range ps {
+			rs[i] = res
+			rs[i].Limit, rs[i].Remaining = p.Limit(), min(res.Remaining, p.Limit())
+		}
+	}
+	pick := 0
+	if d := core.Denied(rs); d >= 0 {
+		pick = d
+	} else {
+		for i := range rs {
+			if rs[i].Remaining < rs[pick].Remaining {
+				pick = i
+			}
+		}
+	}
+	for i, p := range ps {
+		if i == pick {
+			m.setHeaders(h, p, rs[i])
+			continue
+		}
+		policy, rateLimit, _ := Fields(p, rs[i])
+		h.Add("RateLimit-Policy", policy)
+		h.Add("RateLimit", rateLimit)
+	}
+	return rs[pick], ps[pick], nil
 }
 
 // request returns r's client key, made safe, and its cost.
@@ -252,9 +325,14 @@ func (m *middleware) request(r *http.Request) (string, int64, error) {
 		if cost, err = m.rule.Cost(r); err != nil {
 			return "", 0, err
 		}
-		p := m.rule.Policy
-		if cost > p.Limit() {
-			return "", 0, &ClientError{Reason: "request costs " + itoa(cost) + ", above the limit " + itoa(p.Limit()) + " of policy " + p.Name()}
+		for i := -1; i < len(m.rule.Also); i++ {
+			p := m.rule.Policy
+			if i >= 0 {
+				p = m.rule.Also[i]
+			}
+			if cost > p.Limit() {
+				return "", 0, &ClientError{Reason: "request costs " + itoa(cost) + ", above the limit " + itoa(p.Limit()) + " of policy " + p.Name()}
+			}
 		}
 	}
 	return SafeKey(key), cost, nil

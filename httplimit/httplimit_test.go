@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -339,3 +341,55 @@ func TestMemoryLimiter(t *testing.T) {
 
 // ceil is ⌈a/b⌉ for positive ints.
 func ceil(a, b int) int { return (a + b - 1) / b }
+
+// TestAlso: a route limited by a bucket of 5 (1/s) and a window of 3 per
+// minute, charged together over the memory store: 3 admitted, then the
+// window denies and the bucket is not spent by the denials (2 left, so a
+// route on the bucket alone admits 2 more); the header fields list both
+// policies, Retry-After is the window's.
+func TestAlso(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	store, err := memory.New(memory.Options{Clock: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	lim, err := core.NewLimiter(store, core.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb, sw := mustTB(t, "tb", 5, 1), mustSW(t, "sw", 3, time.Minute)
+	h := New(lim, Rule{Policy: tb, Also: []core.Policy{sw}, Key: headerKey(t)}, WithXRateLimit())(http.HandlerFunc(AllowedJSON))
+	for i := 1; i <= 6; i++ {
+		w := do(h, "c")
+		pol, rl := w.Header().Values("RateLimit-Policy"), w.Header().Values("RateLimit")
+		wantPol := []string{`"tb";q=5;w=5`, `"sw";q=3;w=60`}
+		wantRL := []string{fmt.Sprintf(`"tb";r=%d;t=%d`, 5-i, i), fmt.Sprintf(`"sw";r=%d;t=60`, 3-i)}
+		wantCode, wantX := 200, strconv.Itoa(min(5-i, 3-i))
+		if i > 3 {
+			// The window denies (its retry: 60 s); the bucket admits
+			// alone, with 1 left after it.
+			wantCode, wantX = 429, "0"
+			wantRL = []string{`"tb";r=1;t=4`, `"sw";r=0;t=60`}
+		}
+		if w.Code != wantCode || !slices.Equal(pol, wantPol) || !slices.Equal(rl, wantRL) || w.Header().Get("X-RateLimit-Remaining") != wantX {
+			t.Fatalf("request %d: %d %q %q X-Remaining %q; want %d %q %q %q", i, w.Code, pol, rl, w.Header().Get("X-RateLimit-Remaining"), wantCode, wantPol, wantRL, wantX)
+		}
+		if i > 3 && w.Header().Get("Retry-After") != "60" {
+			t.Fatalf("request %d: Retry-After %q, want the window's 60", i, w.Header().Get("Retry-After"))
+		}
+	}
+	alone := New(lim, Rule{Policy: tb, Key: headerKey(t)})(http.HandlerFunc(AllowedJSON))
+	for i, want := range []int{200, 200, 429} {
+		if w := do(alone, "c"); w.Code != want {
+			t.Fatalf("bucket alone, request %d: %d, want %d: the denied requests spent it", i+1, w.Code, want)
+		}
+	}
+	// A limiter that cannot charge several policies is refused.
+	defer func() {
+		if recover() == nil {
+			t.Fatal("New with Also over a plain Decider did not panic")
+		}
+	}()
+	New(&fake{}, Rule{Policy: tb, Also: []core.Policy{sw}, Key: headerKey(t)})
+}

@@ -149,8 +149,16 @@ func (m *Metrics) Watch(status func() fallback.Status) {
 type Decider = core.Decider
 
 // Limiter returns d counting each decision by policy, result and mode. The
-// key is never recorded.
-func (m *Metrics) Limiter(d Decider) Decider { return &decider{next: d, m: m} }
+// key is never recorded. When d is a core.MultiDecider so is the Limiter:
+// an AllowAll counts one decision per policy, each with its own result,
+// except that a policy admitted but not spent because another denied
+// counts as "denied".
+func (m *Metrics) Limiter(d Decider) Decider {
+	if md, ok := d.(core.MultiDecider); ok {
+		return &multiDecider{decider{next: d, m: m}, md}
+	}
+	return &decider{next: d, m: m}
+}
 
 type decider struct {
 	next Decider
@@ -159,13 +167,35 @@ type decider struct {
 
 func (d *decider) AllowN(ctx context.Context, p core.Policy, key string, cost int64) (core.Result, error) {
 	res, err := d.next.AllowN(ctx, p, key, cost)
-	result, mode := "denied", res.Mode.String()
+	d.count(p, res.Allowed, res.Mode, err)
+	return res, err
+}
+
+func (d *decider) count(p core.Policy, allowed bool, mode core.Mode, err error) {
+	result, m := "denied", mode.String()
 	switch {
 	case err != nil:
-		result, mode = "error", "none"
-	case res.Allowed:
+		result, m = "error", "none"
+	case allowed:
 		result = "allowed"
 	}
-	d.m.decisions.WithLabelValues(p.Name(), result, mode).Inc()
-	return res, err
+	d.m.decisions.WithLabelValues(p.Name(), result, m).Inc()
+}
+
+type multiDecider struct {
+	decider
+	multi core.MultiDecider
+}
+
+func (d *multiDecider) AllowAll(ctx context.Context, reqs ...core.Request) ([]core.Result, error) {
+	rs, err := d.multi.AllowAll(ctx, reqs...)
+	all := err == nil && core.AllAllowed(rs)
+	for i, q := range reqs {
+		var mode core.Mode
+		if i < len(rs) {
+			mode = rs[i].Mode
+		}
+		d.count(q.Policy, all, mode, err)
+	}
+	return rs, err
 }

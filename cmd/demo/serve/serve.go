@@ -153,8 +153,9 @@ func (a *App) routes() http.Handler {
 	mux := http.NewServeMux()
 	limited := a.metrics.Limiter(a.lim)
 	ok := http.HandlerFunc(httplimit.AllowedJSON)
-	for _, p := range a.cfg.Policies {
-		mux.Handle(p.Path, httplimit.New(limited, p.Rule(), httplimit.WithLogger(a.log))(ok))
+	for _, rt := range a.cfg.Routes() {
+		// Policies sharing a path are charged together, all or nothing.
+		mux.Handle(rt.Path, httplimit.New(limited, rt.Rule, httplimit.WithLogger(a.log))(ok))
 	}
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

@@ -292,7 +292,7 @@ func TestConfigRejectionsStopTheStart(t *testing.T) {
 		{"no path", tb("    path: /api/tb\n", ""), []string{`policy "tb": path: required by serve`}},
 		{"no key", strings.Replace(testConfig, "    key: header:X-Client-ID\n", "", 2), []string{`policy "tb": key: required by serve`}},
 		{"bad outage mode", tb("    key: header:X-Client-ID\n", "    key: header:X-Client-ID\n    outage: sometimes\n"), []string{`policy "tb"`, "outage:"}},
-		{"duplicate path", strings.Replace(testConfig, "path: /api/sw", "path: /api/tb", 1), []string{`policy "sw"`, "path:"}},
+		{"shared path, another key", strings.Replace(strings.Replace(testConfig, "path: /api/sw", "path: /api/tb", 1), "window: 10s\n    key: header:X-Client-ID", "window: 10s\n    key: ip", 1), []string{`policy "sw"`, "key: differs"}},
 		{"empty", "", []string{"policies:"}},
 	}
 	for _, tt := range tests {

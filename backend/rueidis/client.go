@@ -28,6 +28,10 @@ const (
 	DefaultMaxFlushDelay = 20 * time.Microsecond
 )
 
+// lonePoolCleanup is how often idle pooled connections, those of lone Run
+// calls, are closed.
+const lonePoolCleanup = time.Second
+
 // ClientOptions tunes NewClient. The zero value of each field means its
 // documented default; a value set in the URL's query (dial_timeout=...,
 // write_timeout=...) is used when the field is zero.
@@ -79,11 +83,15 @@ type ClientOptions struct {
 //
 // The client never retries (DisableRetry), has client-side caching off, and
 // has short deadlines, so a call with a 50 ms deadline returns within about
-// 50 ms even when Redis is down or black-holed. It always pipelines
-// (AlwaysPipelining): every connection then has a reader goroutine that sees
-// a server close it, so after a Redis restart the first call already uses a
-// new connection instead of failing on the dead one. Each new connection must
-// answer a PING before rueidis gets it (see probing).
+// 50 ms even when Redis is down or black-holed. Its shared connection always
+// pipelines (AlwaysPipelining): it has a reader goroutine that sees a server
+// close it, so after a Redis restart the first call already uses a new
+// connection instead of failing on the dead one. A call not marked for that
+// pipeline goes on a pooled connection of its own (DisableAutoPipelining):
+// a Store marks every call but a lone Run call, which so runs on its
+// caller's goroutine (see Store); pooled connections idle for up to a second
+// are closed. Each new connection must answer a PING before rueidis gets it
+// (see probing).
 //
 // A single-node client does not need Redis up to be created: rueidis dials at
 // once, but NewClient ignores that first failure (bounded by DialTimeout)
@@ -112,6 +120,13 @@ func NewClient(rawURL string, o ClientOptions) (rueidis.Client, error) {
 	if o.PipelineMultiplex == 0 {
 		co.PipelineMultiplex = -1 // rueidis: one connection
 	}
+	// A call goes on a pooled connection of its own unless it is marked
+	// for the pipeline (ToPipe): the Store marks every call but a lone
+	// Run. Idle pooled connections are closed every second, so that few
+	// outlive a Redis restart unnoticed (they have no reader goroutine
+	// to see it).
+	co.DisableAutoPipelining = true
+	co.BlockingPoolCleanup = lonePoolCleanup
 	co.DialCtxFn = probing(co.DialCtxFn) // keeps unix:// dialing
 	co.DisableRetry = true
 	co.DisableCache = true

@@ -40,6 +40,12 @@ func probing(dial dialFunc) dialFunc {
 		if err != nil {
 			return nil, err
 		}
+		switch conn.(type) {
+		case *checkedConn, *tls.Conn:
+		default:
+			// Another dialer's connection (a unix socket's).
+			conn = &checkedConn{Conn: conn}
+		}
 		if err := ping(conn, deadline); err != nil {
 			conn.Close()
 			return nil, fmt.Errorf("%w: %s: %w", errNoAnswer, dst, err)
@@ -48,12 +54,32 @@ func probing(dial dialFunc) dialFunc {
 	}
 }
 
-// dialTCP is rueidis's own dialer: TCP, with TLS when configured.
+// dialTCP is rueidis's own dialer: TCP, with TLS when configured, over a
+// checkedConn.
 func dialTCP(ctx context.Context, dst string, d *net.Dialer, tlsCfg *tls.Config) (net.Conn, error) {
-	if tlsCfg != nil {
-		return (&tls.Dialer{NetDialer: d, Config: tlsCfg}).DialContext(ctx, "tcp", dst)
+	raw, err := d.DialContext(ctx, "tcp", dst)
+	if err != nil {
+		return nil, err
 	}
-	return d.DialContext(ctx, "tcp", dst)
+	conn := &checkedConn{Conn: raw}
+	if tlsCfg == nil {
+		return conn, nil
+	}
+	if tlsCfg.ServerName == "" {
+		// As tls.Dialer does: the server name is the address's host.
+		host, _, err := net.SplitHostPort(dst)
+		if err != nil {
+			host = dst
+		}
+		tlsCfg = tlsCfg.Clone()
+		tlsCfg.ServerName = host
+	}
+	tc := tls.Client(conn, tlsCfg)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		raw.Close()
+		return nil, err
+	}
+	return tc, nil
 }
 
 // ping sends an inline PING and reads one reply line. Any status or error

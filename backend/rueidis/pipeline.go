@@ -40,7 +40,7 @@ func (s *Store) exec(ctx context.Context, calls []core.Call, idx []int, out []co
 	cmds := make(rueidis.Commands, len(idx))
 	for j, i := range idx {
 		c := calls[i]
-		cmds[j] = s.c.B().Evalsha().Sha1(c.Script.SHA1()).Numkeys(int64(len(c.Keys))).Key(c.Keys...).Arg(c.Args...).Build()
+		cmds[j] = s.c.B().Evalsha().Sha1(c.Script.SHA1()).Numkeys(int64(len(c.Keys))).Key(c.Keys...).Arg(c.Args...).Build().ToPipe()
 	}
 	res := s.c.DoMulti(ctx, cmds...) // recycles cmds
 	for j, i := range idx {
@@ -62,7 +62,7 @@ func (s *Store) load(ctx context.Context, sc *core.Script) error {
 	)
 	for _, n := range s.c.Nodes() {
 		wg.Go(func() {
-			err := n.Do(ctx, n.B().ScriptLoad().Script(sc.Source()).Build()).Error()
+			err := n.Do(ctx, n.B().ScriptLoad().Script(sc.Source()).Build().ToPipe()).Error()
 			mu.Lock()
 			if err != nil && first == nil {
 				first = err

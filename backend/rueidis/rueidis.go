@@ -6,7 +6,8 @@ package rueidis
 
 import (
 	"context"
-	"sync"
+	"errors"
+	"sync/atomic"
 
 	"github.com/redis/rueidis"
 
@@ -17,9 +18,18 @@ import (
 // Store is a core.Store that runs scripts with EVALSHA, falling back to EVAL
 // when the server has lost its script cache. It never retries. It is safe for
 // concurrent use.
+//
+// On a client from NewClient, a Run call made while no other is in flight
+// on the Store is written and read on the caller's goroutine, on a pooled
+// connection of its own; a call made while others are in flight goes on the
+// client's shared, automatically pipelined connection, with them. A lone
+// caller so waits for its round trip only, not for the hand-offs to and
+// from the pipeline's writer and reader goroutines (about 40 µs a decision
+// on 2 busy cores), and concurrent callers keep sharing writes and reads.
+// On another client every call goes as that client sends it.
 type Store struct {
-	c       rueidis.Client
-	scripts sync.Map // *core.Script -> *rueidis.Lua
+	c        rueidis.Client
+	inflight atomic.Int64 // Run calls in flight
 }
 
 var (
@@ -34,7 +44,8 @@ var (
 // it never re-sends a script (holdfast's scripts are not made retryable, and
 // rueidis retries only read-only or retryable commands). What NewClient adds
 // is short dial and write timeouts, so that a dead Redis fails fast and a
-// connection whose reply is late is dropped (ConnWriteTimeout).
+// connection whose reply is late is dropped (ConnWriteTimeout), and the
+// pooled connections of lone calls (see Store).
 func New(c rueidis.Client) *Store {
 	return &Store{c: c}
 }
@@ -42,14 +53,60 @@ func New(c rueidis.Client) *Store {
 // Run runs script sc on keys and args and returns its reply, which must be
 // an array of integers. A call that fails after the script was sent (a
 // deadline, a broken connection) has an unknown outcome: the script may have
-// run, so its spend must be treated as possibly applied. With automatic
-// pipelining a call abandoned at its deadline stays queued on the connection
-// and may still run when a stalled server wakes up.
+// run, so its spend must be treated as possibly applied. A call abandoned
+// at its deadline on the pipelined connection stays queued there and may
+// still run when a stalled server wakes up. Run sends EVALSHA, and EVAL
+// when the server answers NOSCRIPT (its script cache was flushed), as
+// rueidis's Lua.Exec does.
 func (s *Store) Run(ctx context.Context, sc *core.Script, keys, args []string) ([]int64, error) {
 	if ctx == nil {
 		return nil, core.ErrNilContext
 	}
-	return parse(sc.Name(), s.script(sc).Exec(ctx, s.c, keys, args))
+	// The first call in flight goes on its own (a client built with
+	// DisableAutoPipelining runs it on a pooled connection, on this
+	// goroutine); the others join the pipeline (ToPipe).
+	lone := s.inflight.Add(1) == 1
+	defer s.inflight.Add(-1)
+	build := func(eval bool) rueidis.Completed {
+		var cmd rueidis.Completed
+		if eval {
+			cmd = s.c.B().Eval().Script(sc.Source()).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+		} else {
+			cmd = s.c.B().Evalsha().Sha1(sc.SHA1()).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+		}
+		if !lone {
+			cmd = cmd.ToPipe()
+		}
+		return cmd
+	}
+	res := s.do(ctx, lone, build(false))
+	if rerr, ok := rueidis.IsRedisErr(res.Error()); ok && rerr.IsNoScript() {
+		res = s.do(ctx, lone, build(true))
+	}
+	return parse(sc.Name(), res)
+}
+
+// staleRetries bounds how many stale pooled connections a lone call
+// passes over.
+const staleRetries = 3
+
+// do sends cmd. A lone call refused with errStale was not sent (its
+// pooled connection was found closed by the server before the write, and
+// is dropped): it is sent again, on another.
+func (s *Store) do(ctx context.Context, lone bool, cmd rueidis.Completed) rueidis.RedisResult {
+	if !lone {
+		// A pipelined call that meets errStale is not sent again: on a
+		// pipelined connection the error also fails calls written before.
+		return s.c.Do(ctx, cmd)
+	}
+	for attempt := 0; ; attempt++ {
+		// rueidis recycles a command only once it has succeeded, so a
+		// refused one can be sent again.
+		res := s.c.Do(ctx, cmd)
+		if attempt == staleRetries || !errors.Is(res.Error(), errStale) {
+			return res
+		}
+	}
 }
 
 // parse maps the result of running script name: its error, or its reply,
@@ -81,19 +138,11 @@ func (s *Store) Ping(ctx context.Context) error {
 	if ctx == nil {
 		return core.ErrNilContext
 	}
-	if err := s.c.Do(ctx, s.c.B().Ping().Build()).Error(); err != nil {
+	// As a lone call: a PING can be sent again over stale connections.
+	if err := s.do(ctx, true, s.c.B().Ping().Build()).Error(); err != nil {
 		return classify("PING", err)
 	}
 	return nil
-}
-
-// script returns the rueidis script for sc, made once per *core.Script.
-func (s *Store) script(sc *core.Script) *rueidis.Lua {
-	if v, ok := s.scripts.Load(sc); ok {
-		return v.(*rueidis.Lua)
-	}
-	v, _ := s.scripts.LoadOrStore(sc, rueidis.NewLuaScript(sc.Source()))
-	return v.(*rueidis.Lua)
 }
 
 // replyErrors maps rueidis errors onto core's errors.

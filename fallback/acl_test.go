@@ -17,7 +17,7 @@ import (
 // run (the README quotes it).
 const ACL = "on >s3cret resetkeys ~hf:* resetchannels -@all " +
 	"+hello +auth +ping +eval +evalsha +script|load " +
-	"+time +hmget +pexpire +zremrangebyscore +zcard +zrange +zadd +zrem +set +get +exists +lrange +rpush +pttl"
+	"+time +hmget +pexpire +zremrangebyscore +zcard +zrange +zadd +zrem +set +get +exists +lrange +rpush +pttl +del"
 
 // TestACLUser runs the whole fallback path — decisions, membership, an
 // outage, replay, the recovery barrier — as a Redis user allowed only the
@@ -44,6 +44,19 @@ func TestACLUser(t *testing.T) {
 						t.Fatalf("%s request %d: %+v", p.Name(), i, r)
 					}
 				}
+			}
+			// Peek, AllowAll's refund and Reset run as the user too.
+			if rs, err := in.lims[0].AllowAll(ctx, core.Request{Policy: sw, Key: "acl-ops"}, core.Request{Policy: tb, Key: "acl"}); err != nil || core.Denied(rs) != 1 {
+				t.Fatalf("AllowAll past tb's limit: %+v %v", rs, err)
+			}
+			if r, err := in.lims[1].Peek(ctx, sw, "acl-ops", 4); err != nil || !r.Allowed || r.Mode != core.ModeRedis {
+				t.Fatalf("sw after the refund: %+v %v, want all 4 left", r, err)
+			}
+			if err := in.lims[1].Reset(ctx, tb, "acl"); err != nil {
+				t.Fatal(err)
+			}
+			if r, err := in.lims[0].Peek(ctx, tb, "acl", 4); err != nil || !r.Allowed || r.Mode != core.ModeRedis {
+				t.Fatalf("tb after Reset: %+v %v, want a full bucket", r, err)
 			}
 			srv.Kill()
 			for i := range 10 {

@@ -43,6 +43,8 @@ func benchLocal(b *testing.B, p core.Policy, stateDir string) {
 		if err := l.Start(context.Background()); err != nil {
 			b.Fatal(err)
 		}
+	} else {
+		l.MarkStarted()
 	}
 	defer l.Close()
 	keys := make([]string, 100_000)
@@ -80,6 +82,7 @@ func TestLocalDenialAllocatesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	l.MarkStarted()
 	defer l.Close()
 	p, _ := tokenbucket.Policy("allocs", 4, 0.001) // a share of 1, refilled every ~70 min
 	ctx := context.Background()

@@ -35,6 +35,7 @@ func TestKeyFlood(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		l.MarkStarted()
 		admitted, denied := 0, 0
 		for k := range perInstance {
 			r, err := l.Allow(ctx, p, fmt.Sprintf("client-%d-%d", i, k))

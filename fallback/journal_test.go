@@ -50,6 +50,7 @@ func degraded(t testing.TB, dir string, o Options) *Limiter {
 	if err != nil {
 		t.Fatal(err)
 	}
+	l.MarkStarted() // the tests flush the journal themselves
 	t.Cleanup(func() { l.Close() })
 	return l
 }

@@ -211,6 +211,11 @@ type Limiter struct {
 	// jnl is the state dir's journal; nil without StateDir.
 	jnl *journal
 
+	// life is 0 before Start, 1 once started, 2 once closed (3: a test's
+	// MarkStarted): a decision outside Start and Close is ErrNotStarted or
+	// ErrClosed.
+	life atomic.Int32
+
 	// resets are the resets not yet applied in Redis (Reset during an
 	// outage); multiMu makes AllowAll's local decisions one at a time.
 	resets  pendingResets
@@ -434,10 +439,32 @@ func (l *Limiter) storeMicros() int64 {
 	return l.o.micros() + l.offset.Load()
 }
 
+// ErrNotStarted is returned by a decision before Start: without its probe a
+// Limiter whose breaker opened would never go back to Redis.
+var ErrNotStarted = errors.New("fallback: Limiter used before Start")
+
+// ErrClosed is returned by a decision after Close.
+var ErrClosed = errors.New("fallback: Limiter used after Close")
+
+// usable reports ErrNotStarted or ErrClosed, or nil while the Limiter runs.
+func (l *Limiter) usable() error {
+	switch l.life.Load() {
+	case 0:
+		return ErrNotStarted
+	case 2:
+		return ErrClosed
+	}
+	return nil
+}
+
 // Start checks the store and starts the background work: the health probe,
 // the membership heartbeat and the flush of leftover logs. If the store is
 // unreachable the Limiter starts in degraded mode and serves from leases.
+// Decisions before Start return ErrNotStarted; a second Start is an error.
 func (l *Limiter) Start(ctx context.Context) error {
+	if !l.life.CompareAndSwap(0, 1) && !l.life.CompareAndSwap(3, 1) {
+		return errors.New("fallback: Start called twice, or after Close")
+	}
 	ctx, l.cancel = context.WithCancel(ctx)
 	l.closedSince.Store(l.o.Clock().UnixNano())
 	if err := l.heartbeat(ctx); err != nil && core.ClassOf(err) != core.ClassRequest {
@@ -466,6 +493,9 @@ func (l *Limiter) Start(ctx context.Context) error {
 // Close stops the background work and, with a StateDir, writes the journal
 // in full.
 func (l *Limiter) Close() error {
+	if l.life.Swap(2) == 2 {
+		return nil // closed already
+	}
 	if l.cancel != nil {
 		l.cancel()
 	}
@@ -496,6 +526,9 @@ func (l *Limiter) Allow(ctx context.Context, p core.Policy, key string) (core.Re
 // this instance decides alone with its share of the quota (Result.Degraded).
 func (l *Limiter) AllowN(ctx context.Context, p core.Policy, key string, cost int64) (core.Result, error) {
 	if err := core.CheckRequest(p, key, cost); err != nil {
+		return core.Result{}, err
+	}
+	if err := l.usable(); err != nil {
 		return core.Result{}, err
 	}
 	if set := l.shards.Load(); set != nil {

@@ -64,6 +64,9 @@ func (l *Limiter) Peek(ctx context.Context, p core.Policy, key string, cost int6
 	if err := core.CheckRequest(p, key, cost); err != nil {
 		return core.Result{}, err
 	}
+	if err := l.usable(); err != nil {
+		return core.Result{}, err
+	}
 	pk, ok := p.Algorithm().(core.Peeker)
 	if !ok {
 		return core.Result{}, core.Errorf(core.ErrInvalidPolicy, "algorithm %s cannot peek", p.Algorithm().Name())
@@ -191,6 +194,9 @@ func (l *Limiter) Reset(ctx context.Context, p core.Policy, key string) error {
 	if err := core.CheckRequest(p, key, 1); err != nil {
 		return err
 	}
+	if err := l.usable(); err != nil {
+		return err
+	}
 	return l.cellOf(p, key).reset(ctx, p, key)
 }
 
@@ -265,6 +271,9 @@ func (l *Limiter) AllowAll(ctx context.Context, reqs ...core.Request) ([]core.Re
 		return nil, core.ErrNilContext
 	}
 	if err := core.CheckRequests(reqs); err != nil {
+		return nil, err
+	}
+	if err := l.usable(); err != nil {
 		return nil, err
 	}
 	rs := make([]core.Result, len(reqs))

@@ -166,3 +166,52 @@ func TestAllowAllLocal(t *testing.T) {
 		t.Fatalf("AllowAll above capacity: %v", err)
 	}
 }
+
+// TestLifecycle: a decision before Start is ErrNotStarted (without its
+// probe an opened breaker would never close again), after Close
+// ErrClosed; Start twice or after Close is an error, Close twice is not.
+func TestLifecycle(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	l, err := fallback.New(newStore(t, "goredis", srv.URL()), fallback.Options{ID: "life", Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	p := must(tokenbucket.Policy("life", 3, 1))
+	calls := func(want error) {
+		t.Helper()
+		if _, err := l.Allow(ctx, p, "k"); !errors.Is(err, want) {
+			t.Fatalf("Allow: %v, want %v", err, want)
+		}
+		if _, err := l.Peek(ctx, p, "k", 1); !errors.Is(err, want) {
+			t.Fatalf("Peek: %v, want %v", err, want)
+		}
+		if err := l.Reset(ctx, p, "k"); !errors.Is(err, want) {
+			t.Fatalf("Reset: %v, want %v", err, want)
+		}
+		if _, err := l.AllowAll(ctx, core.Request{Policy: p, Key: "k"}); !errors.Is(err, want) {
+			t.Fatalf("AllowAll: %v, want %v", err, want)
+		}
+	}
+	calls(fallback.ErrNotStarted)
+	if err := l.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := l.Allow(ctx, p, "k"); err != nil || !r.Allowed || r.Remaining != 2 {
+		t.Fatalf("started: %+v %v", r, err)
+	}
+	if err := l.Start(ctx); err == nil {
+		t.Fatal("second Start: no error")
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	calls(fallback.ErrClosed)
+	if err := l.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if err := l.Start(ctx); err == nil {
+		t.Fatal("Start after Close: no error")
+	}
+}

@@ -364,6 +364,7 @@ func TestNewIDOption(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	l.MarkStarted() // decides only: no background work
 	p, _ := slidingwindow.Policy("sw", 10, time.Minute)
 	for range 3 {
 		if _, err := l.Allow(context.Background(), p, "k"); err != nil {

@@ -33,6 +33,13 @@ type Options struct {
 	Service string
 	// Config is the path of the policies' YAML file.
 	Config string
+	// GRPCListen is the address of the Envoy rate limit service (RLS v3
+	// gRPC, with the gRPC health service); "" serves none.
+	GRPCListen string
+	// RLSConfig is the rate limit service's descriptors: an
+	// envoyproxy/ratelimit config file or a directory of them (see
+	// package rls).
+	RLSConfig string
 	// StateDir is where the limiter writes an unreconciled outage log at
 	// shutdown and reads it back at start; "" keeps it in memory only.
 	StateDir string
@@ -105,7 +112,9 @@ func FlagSet(out io.Writer) (*flag.FlagSet, *Options) {
 	fs.StringVar(&o.ID, "id", env("id", ""), "instance name (default: with --state-dir the ID kept in the dir's instance slot, so a restart keeps it; else hostname-pid)")
 	fs.StringVar(&o.Service, "service", env("service", ""),
 		"service name: its instances share the quota and count each other; other services on the same Redis are not counted")
-	fs.StringVar(&o.Config, "config", env("config", ""), "policies YAML file (required)")
+	fs.StringVar(&o.Config, "config", env("config", ""), "policies YAML file (required unless --rls-config is given)")
+	fs.StringVar(&o.GRPCListen, "grpc-listen", env("grpc-listen", ""), "gRPC listen address of the Envoy rate limit service (RLS v3 and gRPC health); needs --rls-config")
+	fs.StringVar(&o.RLSConfig, "rls-config", env("rls-config", ""), "the rate limit service's descriptors: an envoyproxy/ratelimit YAML file or a directory of them, one domain a file")
 	fs.StringVar(&o.StateDir, "state-dir", env("state-dir", ""), "directory for the outage log across restarts")
 	fs.IntVar(&o.ExpectedInstances, "expected-instances", envInt("expected-instances", 1),
 		"instances assumed until Redis's membership set says (matters when starting during an outage)")
@@ -147,8 +156,10 @@ func (o *Options) Validate() error {
 		return errors.New("serve: --redis is empty")
 	case o.Backend != "goredis" && o.Backend != "rueidis":
 		return fmt.Errorf("serve: --backend %q: want goredis or rueidis", o.Backend)
-	case o.Config == "":
-		return errors.New("serve: --config is required (the policies' YAML file)")
+	case o.Config == "" && o.RLSConfig == "":
+		return errors.New("serve: --config is required (the policies' YAML file), or --rls-config with --grpc-listen")
+	case (o.GRPCListen == "") != (o.RLSConfig == ""):
+		return errors.New("serve: --grpc-listen and --rls-config go together (the rate limit service and its descriptors)")
 	case o.ExpectedInstances < 1:
 		return fmt.Errorf("serve: --expected-instances %d: want at least 1", o.ExpectedInstances)
 	case o.CallTimeout <= 0 || o.ProbeInterval <= 0 || o.Heartbeat <= 0 || o.ShutdownTimeout <= 0:

@@ -26,9 +26,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+
+	"github.com/holdfast/holdfast/cmd/demo/serve/rls"
 	"github.com/holdfast/holdfast/config"
 	"github.com/holdfast/holdfast/fallback"
 	"github.com/holdfast/holdfast/httplimit"
@@ -45,6 +50,10 @@ type App struct {
 	closeDB func()
 	handler http.Handler
 	ready   atomic.Bool
+
+	rls    *rlsService    // the Envoy rate limit service, with --rls-config
+	grpc   *grpc.Server   // its server
+	health *health.Server // and its gRPC health service
 }
 
 // Status is the body of GET /status: the limiter's state (id, breaker,
@@ -58,6 +67,8 @@ type Status struct {
 	Backend string `json:"backend"`
 	// Ready is what /readyz answers.
 	Ready bool `json:"ready"`
+	// RLSDomains are the rate limit service's domains (--rls-config).
+	RLSDomains []string `json:"rls_domains,omitempty"`
 }
 
 // New loads the config, builds the store and the limiter and starts the
@@ -69,12 +80,30 @@ func New(ctx context.Context, o Options, log *slog.Logger) (*App, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	cfg, err := config.LoadFile(o.Config)
-	if err == nil {
-		err = checkRoutes(cfg)
+	cfg := &config.Config{}
+	if o.Config != "" {
+		var err error
+		cfg, err = config.LoadFile(o.Config)
+		if err == nil {
+			err = checkRoutes(cfg)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("serve: %s: %w", o.Config, err)
+		}
 	}
-	if err != nil {
-		return nil, fmt.Errorf("serve: %s: %w", o.Config, err)
+	modes := cfg.OutageModes()
+	var rc *rls.Config
+	if o.RLSConfig != "" {
+		var err error
+		if rc, err = rls.LoadPath(o.RLSConfig); err != nil {
+			return nil, fmt.Errorf("serve: %w", err)
+		}
+		for name, m := range rc.OutageModes() {
+			if _, dup := modes[name]; dup {
+				return nil, fmt.Errorf("serve: policy %q of --config is also a descriptor's policy name in --rls-config: rename it", name)
+			}
+			modes[name] = m
+		}
 	}
 	store, closeDB, err := openStore(ctx, &o, log)
 	if err != nil {
@@ -87,7 +116,7 @@ func New(ctx context.Context, o Options, log *slog.Logger) (*App, error) {
 		Prefix:            cfg.Prefix,
 		ExpectedInstances: o.ExpectedInstances,
 		Heartbeat:         o.Heartbeat,
-		OutageModes:       cfg.OutageModes(),
+		OutageModes:       modes,
 		StateDir:          o.StateDir,
 		Logger:            log,
 		Breaker: fallback.BreakerOptions{
@@ -101,6 +130,9 @@ func New(ctx context.Context, o Options, log *slog.Logger) (*App, error) {
 		return nil, fmt.Errorf("serve: %w", err)
 	}
 	a.metrics.Watch(a.lim.Status)
+	if rc != nil {
+		a.newRLS(rc)
+	}
 	a.handler = a.routes()
 	if err := a.lim.Start(ctx); err != nil {
 		a.lim.Close()
@@ -119,7 +151,11 @@ func (a *App) Limiter() *fallback.Limiter { return a.lim }
 
 // Status returns what GET /status shows.
 func (a *App) Status() Status {
-	return Status{Status: a.lim.Status(), Backend: a.opts.Backend, Ready: a.ready.Load()}
+	st := Status{Status: a.lim.Status(), Backend: a.opts.Backend, Ready: a.ready.Load()}
+	if a.rls != nil {
+		st.RLSDomains = a.rls.cfg.Domains()
+	}
+	return st
 }
 
 // Close marks the instance not ready, closes the limiter (which writes an
@@ -192,18 +228,46 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 		a.Close()
 		return fmt.Errorf("serve: %w", err)
 	}
+	var gln net.Listener
+	if a.grpc != nil {
+		if gln, err = net.Listen("tcp", o.GRPCListen); err != nil {
+			ln.Close()
+			a.Close()
+			return fmt.Errorf("serve: --grpc-listen: %w", err)
+		}
+	}
 	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	log.Info("holdfast serve listening", "addr", ln.Addr().String(), "id", a.lim.Status().ID, "backend", o.Backend,
 		"redis", Redact(o.Redis), "policies", len(a.cfg.Policies), "state_dir", o.StateDir)
-	served := make(chan error, 1)
+	served := make(chan error, 2)
 	go func() { served <- srv.Serve(ln) }()
+	if gln != nil {
+		log.Info("holdfast serve grpc listening", "addr", gln.Addr().String(), "domains", strings.Join(a.rls.cfg.Domains(), ","))
+		go func() { served <- a.grpc.Serve(gln) }()
+	}
 	select {
-	case err = <-served: // the listener failed
+	case err = <-served: // a listener failed
+		if a.grpc != nil {
+			a.grpc.Stop()
+		}
+		srv.Close()
 	case <-ctx.Done():
 		log.Info("holdfast serve shutting down", "id", a.lim.Status().ID)
 		a.ready.Store(false)
 		sctx, cancel := context.WithTimeout(context.Background(), o.ShutdownTimeout)
+		stopped := make(chan struct{})
+		if a.grpc != nil {
+			a.health.Shutdown() // NOT_SERVING: Envoy's health checks move on
+			go func() { a.grpc.GracefulStop(); close(stopped) }()
+		} else {
+			close(stopped)
+		}
 		err = srv.Shutdown(sctx)
+		select {
+		case <-stopped:
+		case <-sctx.Done():
+			a.grpc.Stop() // in-flight calls past the bound end
+		}
 		cancel()
 	}
 	if errors.Is(err, http.ErrServerClosed) {

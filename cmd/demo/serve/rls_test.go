@@ -1,0 +1,281 @@
+package serve_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	grpcstatus "google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/holdfast/holdfast/cmd/demo/serve"
+	"github.com/holdfast/holdfast/internal/redistest"
+)
+
+// rlsConfig is the rate limit service's test domain. Its limits are per
+// hour or minute, so that the numbers of a test's few requests do not
+// depend on how fast the machine runs them.
+const rlsConfig = `domain: shop
+descriptors:
+  - key: client                 # each client 3 an hour (a token bucket: one back every 20 minutes)
+    rate_limit: {unit: hour, requests_per_unit: 3}
+    descriptors:
+      - key: path
+        value: /checkout        # and 2 an hour to /checkout
+        rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: client
+    value: vip
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: internal
+    rate_limit: {unlimited: true}
+  - key: canary
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: blocked
+    rate_limit: {unit: minute, requests_per_unit: 0}
+  - key: tier
+    value: sw
+    rate_limit: {unit: minute, requests_per_unit: 2, algorithm: sliding_window}
+`
+
+// rlsOptions returns serve options for the rate limit service alone,
+// with the descriptors of src.
+func rlsOptions(t *testing.T, url, src string) serve.Options {
+	t.Helper()
+	o := options(t, url, testConfig)
+	o.Config = ""
+	o.RLSConfig = filepath.Join(t.TempDir(), "rls.yaml")
+	o.GRPCListen = "127.0.0.1:0"
+	if err := os.WriteFile(o.RLSConfig, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+// serveRLS serves a's rate limit service on a loopback port and returns a
+// client connection to it.
+func serveRLS(t *testing.T, a *serve.App) *grpc.ClientConn {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := a.GRPCServer()
+	go srv.Serve(ln)
+	t.Cleanup(srv.Stop)
+	cc, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
+// desc is a descriptor of key, value pairs.
+func desc(kv ...string) *rlcommon.RateLimitDescriptor {
+	d := &rlcommon.RateLimitDescriptor{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		d.Entries = append(d.Entries, &rlcommon.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	return d
+}
+
+func hits(d *rlcommon.RateLimitDescriptor, n uint64) *rlcommon.RateLimitDescriptor {
+	d.HitsAddend = wrapperspb.UInt64(n)
+	return d
+}
+
+// show renders a response: the overall code, each status as
+// code[/limit per unit] r=remaining t=seconds until reset (rounded up),
+// and the headers to add.
+func show(r *rlsv3.RateLimitResponse) string {
+	var b strings.Builder
+	b.WriteString(r.GetOverallCode().String())
+	for _, st := range r.GetStatuses() {
+		fmt.Fprintf(&b, " [%s", st.GetCode())
+		if l := st.GetCurrentLimit(); l != nil {
+			fmt.Fprintf(&b, " %d/%s", l.GetRequestsPerUnit(), l.GetUnit())
+		}
+		if st.GetLimitRemaining() != 0 || st.GetCurrentLimit() != nil {
+			fmt.Fprintf(&b, " r=%d", st.GetLimitRemaining())
+		}
+		if d := st.GetDurationUntilReset(); d != nil {
+			fmt.Fprintf(&b, " t=%d", (d.AsDuration()+time.Second-1)/time.Second)
+		}
+		b.WriteString("]")
+	}
+	for _, h := range r.GetResponseHeadersToAdd() {
+		fmt.Fprintf(&b, " | %s: %s", h.GetKey(), h.GetValue())
+	}
+	return b.String()
+}
+
+// TestRLSResponses asks the rate limit service through a real gRPC client
+// on loopback and compares whole responses: defaults, values, nested
+// descriptors, unlimited, shadow mode, hits_addend, several descriptors
+// charged all or nothing, a zero limit, a cost above the limit, an
+// unknown domain, and malformed requests that spend nothing.
+func TestRLSResponses(t *testing.T) {
+	srv := redistest.Start(t)
+	a, _ := newApp(t, rlsOptions(t, srv.URL(), rlsConfig))
+	cc := serveRLS(t, a)
+	rl := rlsv3.NewRateLimitServiceClient(cc)
+	ask := func(domain string, hitsAddend uint32, ds ...*rlcommon.RateLimitDescriptor) string {
+		t.Helper()
+		r, err := rl.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: domain, Descriptors: ds, HitsAddend: hitsAddend})
+		if err != nil {
+			t.Fatalf("ShouldRateLimit: %v", err)
+		}
+		return show(r)
+	}
+	const (
+		cl  = ` | RateLimit-Policy: "shop.client";q=3;w=3600`
+		nst = `"shop.client.path__checkout-ce6242a9";q=2;w=3600`
+	)
+	steps := []struct {
+		what string
+		got  func() string
+		want string
+	}{
+		{"a client by default", func() string { return ask("shop", 0, desc("client", "alice")) },
+			`OK [OK 3/HOUR r=2 t=1200]` + cl + ` | RateLimit: "shop.client";r=2;t=1200`},
+		{"again", func() string { return ask("shop", 0, desc("client", "alice")) },
+			`OK [OK 3/HOUR r=1 t=2400]` + cl + ` | RateLimit: "shop.client";r=1;t=2400`},
+		{"the last", func() string { return ask("shop", 0, desc("client", "alice")) },
+			`OK [OK 3/HOUR r=0 t=3600]` + cl + ` | RateLimit: "shop.client";r=0;t=3600`},
+		{"over the limit", func() string { return ask("shop", 0, desc("client", "alice")) },
+			`OVER_LIMIT [OVER_LIMIT 3/HOUR r=0 t=1200]` + cl + ` | RateLimit: "shop.client";r=0;t=1200 | Retry-After: 1200`},
+		{"a value's own limit", func() string { return ask("shop", 0, desc("client", "vip")) },
+			`OK [OK 10/HOUR r=9 t=360] | RateLimit-Policy: "shop.client_vip";q=10;w=3600 | RateLimit: "shop.client_vip";r=9;t=360`},
+		{"nested", func() string { return ask("shop", 0, desc("client", "bob", "path", "/checkout")) },
+			`OK [OK 2/HOUR r=1 t=1800] | RateLimit-Policy: ` + nst + ` | RateLimit: "shop.client.path__checkout-ce6242a9";r=1;t=1800`},
+		{"nested, no such value", func() string { return ask("shop", 0, desc("client", "bob", "path", "/other")) }, `OK [OK]`},
+		{"deeper than the tree", func() string { return ask("shop", 0, desc("client", "bob", "path", "/checkout", "x", "y")) }, `OK [OK]`},
+		{"the request's hits_addend", func() string { return ask("shop", 2, desc("client", "carol")) },
+			`OK [OK 3/HOUR r=1 t=2400]` + cl + ` | RateLimit: "shop.client";r=1;t=2400`},
+		{"a descriptor's hits_addend 0 checks (t: full after one more)", func() string { return ask("shop", 0, hits(desc("client", "carol"), 0)) },
+			`OK [OK 3/HOUR r=1 t=3600]` + cl + ` | RateLimit: "shop.client";r=1;t=3600`},
+		{"a descriptor's hits_addend above what is left", func() string { return ask("shop", 1, hits(desc("client", "carol"), 2)) },
+			`OVER_LIMIT [OVER_LIMIT 3/HOUR r=1 t=1200]` + cl + ` | RateLimit: "shop.client";r=1;t=1200 | Retry-After: 1200`},
+		{"unlimited", func() string { return ask("shop", 0, desc("internal", "x")) }, `OK [OK r=4294967295]`},
+		{"shadow mode", func() string { return ask("shop", 0, desc("canary", "c")) }, `OK [OK 1/HOUR r=0 t=3600]`},
+		{"shadow mode over the limit", func() string { return ask("shop", 0, desc("canary", "c")) }, `OK [OK 1/HOUR r=0 t=3600]`},
+		{"two limits, both admit", func() string {
+			return ask("shop", 0, desc("client", "dave"), desc("client", "dave", "path", "/checkout"))
+		},
+			`OK [OK 3/HOUR r=2 t=1200] [OK 2/HOUR r=1 t=1800] | RateLimit-Policy: "shop.client";q=3;w=3600, ` + nst + ` | RateLimit: "shop.client";r=2;t=1200, "shop.client.path__checkout-ce6242a9";r=1;t=1800`},
+		{"again", func() string {
+			return ask("shop", 0, desc("client", "dave"), desc("client", "dave", "path", "/checkout"))
+		},
+			`OK [OK 3/HOUR r=1 t=2400] [OK 2/HOUR r=0 t=3600] | RateLimit-Policy: "shop.client";q=3;w=3600, ` + nst + ` | RateLimit: "shop.client";r=1;t=2400, "shop.client.path__checkout-ce6242a9";r=0;t=3600`},
+		{"one over: none spent", func() string {
+			return ask("shop", 0, desc("client", "dave"), desc("client", "dave", "path", "/checkout"))
+		},
+			`OVER_LIMIT [OK 3/HOUR r=0 t=3600] [OVER_LIMIT 2/HOUR r=0 t=1800] | RateLimit-Policy: "shop.client";q=3;w=3600, ` + nst + ` | RateLimit: "shop.client";r=0;t=3600, "shop.client.path__checkout-ce6242a9";r=0;t=1800 | Retry-After: 1800`},
+		{"the first was refunded", func() string { return ask("shop", 0, desc("client", "dave")) },
+			`OK [OK 3/HOUR r=0 t=3600]` + cl + ` | RateLimit: "shop.client";r=0;t=3600`},
+		{"a zero limit, with another: nothing spent", func() string { return ask("shop", 0, desc("client", "erin"), desc("blocked", "x")) },
+			`OVER_LIMIT [OK 3/HOUR r=2 t=1200] [OVER_LIMIT 0/MINUTE r=0 t=60]` + cl + ` | RateLimit: "shop.client";r=2;t=1200 | Retry-After: 60`},
+		{"erin untouched", func() string { return ask("shop", 0, desc("client", "erin")) },
+			`OK [OK 3/HOUR r=2 t=1200]` + cl + ` | RateLimit: "shop.client";r=2;t=1200`},
+		{"a cost above the limit", func() string { return ask("shop", 5, desc("client", "frank")) },
+			`OVER_LIMIT [OVER_LIMIT 3/HOUR r=0 t=3600] | Retry-After: 3600`},
+		{"frank untouched", func() string { return ask("shop", 0, desc("client", "frank")) },
+			`OK [OK 3/HOUR r=2 t=1200]` + cl + ` | RateLimit: "shop.client";r=2;t=1200`},
+		{"an unmatched descriptor beside a limited one", func() string { return ask("shop", 0, desc("nothing", "here"), desc("client", "frank")) },
+			`OK [OK] [OK 3/HOUR r=1 t=2400]` + cl + ` | RateLimit: "shop.client";r=1;t=2400`},
+		{"sliding window", func() string { return ask("shop", 0, desc("tier", "sw")) },
+			`OK [OK 2/MINUTE r=1 t=60] | RateLimit-Policy: "shop.tier_sw";q=2;w=60 | RateLimit: "shop.tier_sw";r=1;t=60`},
+		{"an unknown domain", func() string { return ask("elsewhere", 0, desc("client", "alice")) }, `OK [OK]`},
+	}
+	for i, s := range steps {
+		if got := s.got(); got != s.want {
+			t.Errorf("%d %s:\n got  %s\n want %s", i+1, s.what, got, s.want)
+		}
+	}
+
+	// Malformed requests: InvalidArgument with a message that says why,
+	// and nothing spent, even of a good descriptor beside the bad one.
+	long := strings.Repeat("v", 257)
+	neg := desc("client", "gina")
+	neg.IsNegativeHits = true
+	for _, tt := range []struct {
+		req  *rlsv3.RateLimitRequest
+		want string
+	}{
+		{&rlsv3.RateLimitRequest{Descriptors: []*rlcommon.RateLimitDescriptor{desc("client", "gina")}}, "empty domain"},
+		{&rlsv3.RateLimitRequest{Domain: "shop"}, "no descriptors"},
+		{&rlsv3.RateLimitRequest{Domain: "shop", Descriptors: []*rlcommon.RateLimitDescriptor{desc("client", "gina"), {}}}, "descriptor 1 has no entries"},
+		{&rlsv3.RateLimitRequest{Domain: "shop", Descriptors: []*rlcommon.RateLimitDescriptor{desc("client", "gina"), desc("", "x")}}, "descriptor 1 entry 0 has an empty key"},
+		{&rlsv3.RateLimitRequest{Domain: "shop", Descriptors: []*rlcommon.RateLimitDescriptor{desc("client", "gina"), desc("client", long)}}, "longer than 256 bytes"},
+		{&rlsv3.RateLimitRequest{Domain: "shop", Descriptors: []*rlcommon.RateLimitDescriptor{neg}}, "is_negative_hits is not supported"},
+	} {
+		_, err := rl.ShouldRateLimit(context.Background(), tt.req)
+		if grpcstatus.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%v: %v, want InvalidArgument with %q", tt.req, err, tt.want)
+		}
+	}
+	if got, want := ask("shop", 0, desc("client", "gina")), `OK [OK 3/HOUR r=2 t=1200]`+cl+` | RateLimit: "shop.client";r=2;t=1200`; got != want {
+		t.Errorf("after the malformed requests:\n got  %s\n want %s", got, want)
+	}
+
+	// Health: serving, the service and the server.
+	hc := healthpb.NewHealthClient(cc)
+	for _, svc := range []string{"", "envoy.service.ratelimit.v3.RateLimitService"} {
+		r, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: svc})
+		if err != nil || r.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Errorf("health %q: %v %v", svc, r, err)
+		}
+	}
+
+	// Metrics by domain and descriptor keys, never a value.
+	m := get(a.Handler(), "/metrics", "").Body.String()
+	for _, want := range []string{
+		`holdfast_rls_descriptors_total{descriptor="client",domain="shop",mode="redis",result="ok"} 15`,
+		`holdfast_rls_descriptors_total{descriptor="client",domain="shop",mode="redis",result="over_limit"} 2`,
+		`holdfast_rls_descriptors_total{descriptor="canary",domain="shop",mode="redis",result="shadow_over_limit"} 1`,
+		`holdfast_rls_descriptors_total{descriptor="internal",domain="shop",mode="none",result="unlimited"} 1`,
+		`holdfast_rls_descriptors_total{descriptor="",domain="unknown",mode="none",result="unmatched"} 1`,
+		`holdfast_rls_requests_total{code="invalid_argument",domain=""} 6`,
+		`holdfast_decisions_total{mode="redis",policy="shop.client",result="allowed"}`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics lacks %s", want)
+			for _, line := range strings.Split(m, "\n") {
+				if strings.HasPrefix(line, "holdfast_rls") {
+					t.Log(line)
+				}
+			}
+		}
+	}
+	for _, value := range []string{"alice", "dave", "/checkout", "elsewhere"} {
+		if strings.Contains(m, value) {
+			t.Errorf("/metrics shows the descriptor value or domain %q", value)
+		}
+	}
+	if st := a.Status(); strings.Join(st.RLSDomains, ",") != "shop" {
+		t.Errorf("/status rls_domains %v", st.RLSDomains)
+	}
+
+	// Redis gone: still OK or OVER_LIMIT, decided locally, and marked.
+	srv.Kill()
+	for i, want := range []string{
+		`OK [OK 3/HOUR r=2 t=1200]` + cl + ` | RateLimit: "shop.client";r=2;t=1200 | x-holdfast-mode: local`,
+		`OK [OK 3/HOUR r=1 t=2400]` + cl + ` | RateLimit: "shop.client";r=1;t=2400 | x-holdfast-mode: local`,
+	} {
+		if got := ask("shop", 0, desc("client", "zed")); got != want {
+			t.Errorf("outage request %d:\n got  %s\n want %s", i+1, got, want)
+		}
+	}
+}

@@ -279,3 +279,116 @@ func TestRLSResponses(t *testing.T) {
 		}
 	}
 }
+
+// TestRLSReadmeExamples serves envoyproxy/ratelimit's README examples
+// (retyped as rls/testdata/readme, loaded unchanged from the directory)
+// and asks what the README says of each. Per-second limits are token
+// buckets refilling while the test runs, so their admitted counts are
+// checked against the bound: the limit plus what refilled meanwhile.
+func TestRLSReadmeExamples(t *testing.T) {
+	srv := redistest.Start(t)
+	o := rlsOptions(t, srv.URL(), rlsConfig)
+	o.RLSConfig = "rls/testdata/readme"
+	a, _ := newApp(t, o)
+	rl := rlsv3.NewRateLimitServiceClient(serveRLS(t, a))
+	call := func(domain string, ds ...*rlcommon.RateLimitDescriptor) *rlsv3.RateLimitResponse {
+		t.Helper()
+		r, err := rl.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: domain, Descriptors: ds})
+		if err != nil {
+			t.Fatalf("%s: %v", domain, err)
+		}
+		return r
+	}
+	// burst asks n times at once and returns the OKs and the bound of a
+	// limit per second over the time taken.
+	burst := func(n int, limit float64, domain string, ds ...*rlcommon.RateLimitDescriptor) (int, int) {
+		t.Helper()
+		start, oks := time.Now(), 0
+		for range n {
+			if call(domain, ds...).GetOverallCode() == rlsv3.RateLimitResponse_OK {
+				oks++
+			}
+		}
+		return oks, int(limit) + int(time.Since(start).Seconds()*limit) + 1
+	}
+	expect := func(what, got, want string) {
+		t.Helper()
+		if got != want {
+			t.Errorf("%s:\n got  %s\n want %s", what, got, want)
+		}
+	}
+	statuses := func(r *rlsv3.RateLimitResponse) string {
+		s := show(r)
+		if i := strings.Index(s, " |"); i >= 0 {
+			s = s[:i]
+		}
+		return s
+	}
+
+	// Example 1: database users and default, 500 a second each; another
+	// database is not limited.
+	expect("example 1 users", statuses(call("mongo_cps", desc("database", "users"))), "OK [OK 500/SECOND r=499 t=1]")
+	expect("example 1 orders", statuses(call("mongo_cps", desc("database", "orders"))), "OK [OK]")
+
+	// Example 2: the README's complete request, both descriptors: 5
+	// marketing messages a day to the number, then OVER_LIMIT, and the
+	// denied ones spend nothing of the 100 a day.
+	both := []*rlcommon.RateLimitDescriptor{desc("message_type", "marketing", "to_number", "2061111111"), desc("to_number", "2061111111")}
+	for i := range 5 {
+		if r := call("messaging", both...); r.GetOverallCode() != rlsv3.RateLimitResponse_OK || r.GetStatuses()[1].GetLimitRemaining() != uint32(99-i) {
+			t.Errorf("example 2 message %d: %s", i+1, statuses(r))
+		}
+	}
+	r := call("messaging", both...)
+	expect("example 2 the sixth", statuses(r)[:strings.Index(statuses(r), " t=")], "OVER_LIMIT [OVER_LIMIT 5/DAY r=0")
+	expect("example 2 to another number", statuses(call("messaging", desc("to_number", "2062222222"))), "OK [OK 100/DAY r=99 t=864]")
+	if r := call("messaging", desc("to_number", "2061111111")); r.GetStatuses()[0].GetLimitRemaining() != 94 {
+		t.Errorf("example 2: the sixth spent of the 100 a day: %s", statuses(r))
+	}
+
+	// Example 3: 10 a second for each address, 50.0.0.5 never.
+	if oks, bound := burst(30, 10, "edge_proxy_per_ip", desc("remote_address", "50.0.0.1")); oks < 10 || oks > bound {
+		t.Errorf("example 3: %d of 30 admitted, want 10 to %d", oks, bound)
+	}
+	expect("example 3 blacklisted", statuses(call("edge_proxy_per_ip", desc("remote_address", "50.0.0.5"))), "OVER_LIMIT [OVER_LIMIT 0/SECOND r=0 t=1]")
+
+	// Example 4: a two-entry descriptor matches the nested config only.
+	expect("example 4 nested", statuses(call("example4", desc("key", "value", "subkey", "subvalue"))), "OK [OK 300/SECOND r=299 t=1]")
+	expect("example 4 shallow", statuses(call("example4_shallow", desc("key", "value", "subkey", "subvalue"))), "OK [OK]")
+
+	// Example 5: ldap unlimited (limit_remaining MaxUint32), azure 100 a minute.
+	expect("example 5 ldap", statuses(call("internal", desc("ldap", "x"))), "OK [OK r=4294967295]")
+	expect("example 5 azure", statuses(call("internal", desc("azure", "x"))), "OK [OK 100/MINUTE r=99 t=1]")
+
+	// Example 6: user-a in shadow mode is never limited, user-b at 20 a second.
+	if oks, _ := burst(40, 10, "example6", desc("service", "auth-service", "user", "user-a")); oks != 40 {
+		t.Errorf("example 6 user-a: %d of 40 OK, want all", oks)
+	}
+	if oks, bound := burst(40, 20, "example6", desc("service", "auth-service", "user", "user-b")); oks < 20 || oks > bound {
+		t.Errorf("example 6 user-b: %d of 40 admitted, want 20 to %d", oks, bound)
+	}
+
+	// Example 7: with both descriptors the 10 a second replaces the 5.
+	ex7 := []*rlcommon.RateLimitDescriptor{desc("key_1", "value_1", "user", "bkthomps"), desc("key_2", "value_2", "user", "bkthomps")}
+	expect("example 7 both", statuses(call("example7", ex7...)), "OK [OK] [OK 10/SECOND r=9 t=1]")
+	if oks, bound := burst(30, 10, "example7", ex7...); oks < 9 || oks > bound {
+		t.Errorf("example 7: %d of 30 admitted after one, want 9 to %d", oks, bound)
+	}
+	expect("example 7 alone, untouched", statuses(call("example7", desc("key_1", "value_1", "user", "bkthomps"))), "OK [OK 5/SECOND r=4 t=1]")
+
+	// Example 9: wildcards; each matching value its own 20 a minute.
+	expect("example 9 value1", statuses(call("example9", desc("key1", "value1"))), "OK [OK 20/MINUTE r=19 t=3]")
+	expect("example 9 valueXYZ", statuses(call("example9", desc("key1", "valueXYZ"))), "OK [OK 20/MINUTE r=19 t=3]")
+	expect("example 9 middle", statuses(call("example9", desc("path", "/api/123/action"))), "OK [OK 20/MINUTE r=19 t=3]")
+	expect("example 9 no match", statuses(call("example9", desc("path", "/api/123/other"))), "OK [OK]")
+
+	// Example 11: files/* share 10 an hour; files_no_share/* each have 10.
+	for range 5 {
+		call("example11", desc("files", "files/a.pdf"))
+		call("example11", desc("files", "files/b.csv"))
+		call("example11", desc("files_no_share", "files_no_share/a.pdf"))
+		call("example11", desc("files_no_share", "files_no_share/a.pdf"))
+	}
+	expect("example 11 shared", statuses(call("example11", desc("files", "files/c.txt")))[:10], "OVER_LIMIT")
+	expect("example 11 not shared", statuses(call("example11", desc("files_no_share", "files_no_share/b.csv"))), "OK [OK 10/HOUR r=9 t=360]")
+}

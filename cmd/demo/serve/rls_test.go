@@ -51,7 +51,7 @@ descriptors:
 
 // rlsOptions returns serve options for the rate limit service alone,
 // with the descriptors of src.
-func rlsOptions(t *testing.T, url, src string) serve.Options {
+func rlsOptions(t testing.TB, url, src string) serve.Options {
 	t.Helper()
 	o := options(t, url, testConfig)
 	o.Config = ""
@@ -65,7 +65,7 @@ func rlsOptions(t *testing.T, url, src string) serve.Options {
 
 // serveRLS serves a's rate limit service on a loopback port and returns a
 // client connection to it.
-func serveRLS(t *testing.T, a *serve.App) *grpc.ClientConn {
+func serveRLS(t testing.TB, a *serve.App) *grpc.ClientConn {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -41,7 +41,7 @@ policies:
 `
 
 // options returns serve options for a config holding src, against url.
-func options(t *testing.T, url, src string) serve.Options {
+func options(t testing.TB, url, src string) serve.Options {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "policies.yaml")
 	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
@@ -75,7 +75,7 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func newApp(t *testing.T, o serve.Options) (*serve.App, *syncBuffer) {
+func newApp(t testing.TB, o serve.Options) (*serve.App, *syncBuffer) {
 	t.Helper()
 	logs := &syncBuffer{}
 	a, err := serve.New(context.Background(), o, slog.New(slog.NewTextHandler(logs, nil)))

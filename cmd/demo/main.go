@@ -5,6 +5,7 @@
 // shared limit held.
 //
 //	holdfast-demo serve --listen ADDR --redis URL [--redis-cluster] --backend goredis|rueidis --id NAME --config FILE --state-dir DIR
+//	                    [--grpc-listen ADDR --rls-config FILE|DIR]   (Envoy's rate limit service: docs/envoy.md)
 //	holdfast-demo cluster [--instances 4] [--redis-cluster] [--normal 10s] [--outage 10s] [--after 10s] [--out DIR]
 //
 // Run either with -h for every flag.
@@ -25,7 +26,7 @@ import (
 )
 
 const usage = `usage:
-  holdfast-demo serve   [flags]   one limited HTTP app instance (serve -h for flags)
+  holdfast-demo serve   [flags]   one limited HTTP app instance, and Envoy's rate limit service with --grpc-listen (serve -h for flags)
   holdfast-demo cluster [flags]   redis-server + N instances + nginx, load and a Redis outage (cluster -h)
 `
 

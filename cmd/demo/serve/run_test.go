@@ -110,6 +110,11 @@ func TestParseFlagsAndEnvironment(t *testing.T) {
 	}
 	os.Unsetenv("HOLDFAST_HEARTBEAT")
 
+	// The rate limit service alone needs no --config.
+	if o, err := serve.Parse([]string{"--config", "", "--grpc-listen", ":8081", "--rls-config", "/etc/ratelimit"}, io.Discard); err != nil || o.GRPCListen != ":8081" || o.RLSConfig != "/etc/ratelimit" {
+		t.Errorf("--grpc-listen with --rls-config: %+v %v", o, err)
+	}
+
 	for _, tt := range []struct {
 		args []string
 		want string
@@ -121,6 +126,9 @@ func TestParseFlagsAndEnvironment(t *testing.T) {
 		{[]string{"--call-timeout", "0s"}, "must be positive"},
 		{[]string{"--nope"}, "flag provided but not defined: -nope"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
+		{[]string{"--grpc-listen", ":8081"}, "--grpc-listen and --rls-config go together"},
+		{[]string{"--rls-config", "rls.yaml"}, "--grpc-listen and --rls-config go together"},
+		{[]string{"--config", "", "--rls-config", ""}, "--config is required (the policies' YAML file), or --rls-config with --grpc-listen"},
 	} {
 		if _, err := serve.Parse(tt.args, io.Discard); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%v: error %v, want %q", tt.args, err, tt.want)

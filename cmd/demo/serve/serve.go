@@ -6,7 +6,9 @@
 // Routes: each policy's path (httplimit middleware around a handler that
 // answers 200 JSON), GET /status (the limiter's state), /healthz (the
 // process is alive), /readyz (started and config loaded) and /metrics
-// (Prometheus).
+// (Prometheus). With --grpc-listen and --rls-config it is also Envoy's
+// rate limit service (RLS v3 over gRPC, with gRPC health; see rls.go and
+// docs/envoy.md), deciding on the same limiter.
 //
 // /readyz stays 200 while Redis is down. Every instance shares the one
 // Redis, so an outage would take every instance out of the load balancer

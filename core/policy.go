@@ -39,8 +39,11 @@ type Algorithm interface {
 }
 
 // A Policy is a validated limit: an algorithm with its numbers. The zero
-// Policy is invalid; build policies with NewPolicy or an algorithm package's
-// constructor (tokenbucket.Policy, slidingwindow.Policy).
+// Policy is invalid. Build one with its algorithm package's constructor, in
+// the units a limit is thought of in: tokenbucket.Policy(name, capacity,
+// perSecond), slidingwindow.Policy(name, limit, window) or
+// slidingcounter.Policy(name, limit, window); a config file gives the same
+// numbers (package config).
 type Policy struct {
 	name     string
 	alg      Algorithm
@@ -48,10 +51,12 @@ type Policy struct {
 	interval time.Duration
 }
 
-// NewPolicy returns a policy named name that admits limit units per interval
-// according to alg. For a token bucket, limit is the capacity and interval
-// the time to refill one token; for a sliding window, limit units are
-// admitted in any window of length interval.
+// NewPolicy is the constructor an algorithm package's own builds on (and
+// what a state dir's records are read back with): it checks the name, the
+// ranges and alg.Validate. limit and interval mean what alg says: for the
+// token bucket the capacity and the time to refill one token, for the
+// sliding windows the limit and the window. Applications use the algorithm
+// package's constructor instead.
 func NewPolicy(name string, alg Algorithm, limit int64, interval time.Duration) (Policy, error) {
 	if err := checkName(name); err != nil {
 		return Policy{}, err

@@ -1,6 +1,9 @@
 package core
 
-import "time"
+import (
+	"errors"
+	"time"
+)
 
 // Mode says which path decided a request.
 type Mode int
@@ -56,4 +59,28 @@ type Result struct {
 	// Degraded reports that the shared store was not consulted because it is
 	// failing; the decision used this instance's share of the quota.
 	Degraded bool
+}
+
+// FromStore reports whether err is the store's failure rather than the
+// request's: a *StoreError, any error outside the request class, or a key
+// holding the wrong type. Middleware decides such a request by its outage
+// mode (OutageResult) instead of failing it.
+func FromStore(err error) bool {
+	if err == nil {
+		return false
+	}
+	if _, ok := errors.AsType[*StoreError](err); ok {
+		return true
+	}
+	return ClassOf(err) != ClassRequest || errors.Is(err, ErrWrongType)
+}
+
+// OutageResult is the decision on a request that a store failure left
+// undecided, for a policy of limit units: admitted with the whole limit
+// (ModeFailOpen), or with failClosed denied for a second (ModeFailClosed).
+func OutageResult(limit int64, failClosed bool) Result {
+	if failClosed {
+		return Result{Limit: limit, RetryAfter: time.Second, Mode: ModeFailClosed, Degraded: true}
+	}
+	return Result{Allowed: true, Limit: limit, Remaining: limit, Mode: ModeFailOpen, Degraded: true}
 }

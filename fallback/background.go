@@ -17,7 +17,7 @@ import (
 // A PING would answer while Redis refuses every write (OOM, READONLY,
 // NOPERM, MISCONF) and close the breaker on a Redis that cannot take a
 // single decision.
-func (l *Limiter) probe(ctx context.Context) error {
+func (l *cell) probe(ctx context.Context) error {
 	err := l.heartbeat(ctx)
 	if err != nil {
 		l.noteFault(err)
@@ -27,7 +27,7 @@ func (l *Limiter) probe(ctx context.Context) error {
 
 // heartbeat refreshes this instance's membership and learns the live
 // instance count (never less than 1) and the store's clock.
-func (l *Limiter) heartbeat(ctx context.Context) error {
+func (l *cell) heartbeat(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, l.breaker.CallTimeout())
 	defer cancel()
 	ttl := strconv.FormatInt(3*l.o.Heartbeat.Microseconds(), 10)
@@ -51,7 +51,7 @@ func (l *Limiter) heartbeat(ctx context.Context) error {
 // an instance cut off from Redis while this one is not stops heartbeating
 // but keeps granting its share from leases, and if this one then lost Redis
 // too, a share computed from the lower count would add to theirs.
-func (l *Limiter) setInstances(n int64) {
+func (l *cell) setInstances(n int64) {
 	l.countMu.Lock()
 	defer l.countMu.Unlock()
 	cur := l.instances.Load()
@@ -75,7 +75,7 @@ func (l *Limiter) setInstances(n int64) {
 // background heartbeats while the breaker is closed and flushes grants
 // logged after the last replay (requests decided locally while the breaker
 // was closing, or a log read back from the state dir).
-func (l *Limiter) background(ctx context.Context) {
+func (l *cell) background(ctx context.Context) {
 	tick := l.o.After(l.o.Heartbeat)
 	for {
 		select {
@@ -89,7 +89,7 @@ func (l *Limiter) background(ctx context.Context) {
 		case <-tick:
 			tick = l.o.After(l.o.Heartbeat)
 		}
-		if set := l.shards.Load(); set != nil && set.covered && !l.pendingWork() {
+		if l.retired.Load() && !l.pendingWork() {
 			// The shards' cells decide every key now; this whole-store
 			// breaker only had a log to flush, and it is empty. (With
 			// slots no shard served, it still decides their keys, and
@@ -115,13 +115,13 @@ func (l *Limiter) background(ctx context.Context) {
 }
 
 // pendingWork reports whether grants or resets wait to be applied in Redis.
-func (l *Limiter) pendingWork() bool { return l.log.pending() > 0 || l.resets.len() > 0 }
+func (l *cell) pendingWork() bool { return l.log.pending() > 0 || l.resets.len() > 0 }
 
 // flush replays grants logged after the last replay, while the breaker is
 // closed (generation gen). A failure keeps them in the log and counts
 // against the breaker, as a failed decision call does: a Redis that
 // refuses the replay (OOM, READONLY) cannot take decisions either.
-func (l *Limiter) flush(ctx context.Context, gen uint64) {
+func (l *cell) flush(ctx context.Context, gen uint64) {
 	start := l.o.Clock()
 	err := l.reconcile(ctx)
 	if err == nil || ctx.Err() != nil {
@@ -145,7 +145,7 @@ var recoveryScript = core.NewScript("recovery", recoverySource, nil)
 // to Redis together, and a decision through Redis misses at most the grants
 // another instance made in the last moments before the barrier, for as long
 // as one flush takes.
-func (l *Limiter) recover(ctx context.Context) error {
+func (l *cell) recover(ctx context.Context) error {
 	if err := l.reconcile(ctx); err != nil {
 		return err
 	}
@@ -177,7 +177,7 @@ func (l *Limiter) recover(ctx context.Context) error {
 
 // reconcile replays the outage log until it is empty: grants keep arriving
 // while the breaker is reconciling, since requests still decide locally.
-func (l *Limiter) reconcile(ctx context.Context) error {
+func (l *cell) reconcile(ctx context.Context) error {
 	l.reconMu.Lock()
 	defer l.reconMu.Unlock()
 	start := l.o.Clock()
@@ -248,6 +248,15 @@ type ShardStatus struct {
 
 // Status returns the Limiter's state.
 func (l *Limiter) Status() Status {
+	st := l.cell.status()
+	if set := l.shards.Load(); set != nil {
+		set.status(&st)
+	}
+	return st
+}
+
+// status is the cell's own state.
+func (l *cell) status() Status {
 	st := Status{
 		ID:         l.o.ID,
 		Breaker:    l.breaker.State().String(),
@@ -258,9 +267,6 @@ func (l *Limiter) Status() Status {
 	}
 	if f := l.lastErr.Load(); f != nil {
 		st.LastError = &ErrorStatus{Class: f.class.String(), Reason: f.reason, At: f.at}
-	}
-	if set := l.shards.Load(); set != nil {
-		set.status(&st)
 	}
 	return st
 }

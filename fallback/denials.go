@@ -50,7 +50,7 @@ func (k *keyState) recall(p core.Policy, cost int64, now time.Time) (core.Result
 }
 
 // recalled looks up a remembered denial of key for this request.
-func (l *Limiter) recalled(p core.Policy, key string, cost int64) (core.Result, bool) {
+func (l *cell) recalled(p core.Policy, key string, cost int64) (core.Result, bool) {
 	var r core.Result
 	var ok bool
 	now := l.o.Clock()

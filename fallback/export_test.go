@@ -12,19 +12,27 @@ import (
 func (l *Limiter) Crash() {
 	if set := l.shards.Load(); set != nil {
 		for _, c := range set.cells {
-			c.Crash()
+			c.crash()
 		}
 	}
-	l.jnl.abandon()
 	if l.cancel != nil {
 		l.cancel()
 	}
 	l.wg.Wait()
-	l.breaker.Close()
-	l.leases.Close()
+	l.cell.crash()
 	if l.stateLock != nil {
 		l.stateLock.Close() // a killed process's locks go with it
 	}
+}
+
+func (c *cell) crash() {
+	c.jnl.abandon()
+	if c.cancel != nil {
+		c.cancel()
+	}
+	c.wg.Wait()
+	c.breaker.Close()
+	c.leases.Close()
 }
 
 // Restored is what New read back from the state dir.

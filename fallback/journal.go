@@ -803,12 +803,12 @@ func (st *jstate) snapshot(e *jenc) {
 }
 
 // journalPath is the Limiter's journal in the state dir.
-func (l *Limiter) journalPath() string {
+func (l *cell) journalPath() string {
 	return l.statePath(".journal")
 }
 
 // statePath names a state dir file of this Limiter (its shard's cell too).
-func (l *Limiter) statePath(ext string) string {
+func (l *cell) statePath(ext string) string {
 	name := "holdfast-" + l.o.ID
 	if l.tag != "" {
 		name += "." + l.tag
@@ -819,7 +819,7 @@ func (l *Limiter) statePath(ext string) string {
 // openJournal reads the state dir's journal back into the Limiter (or the
 // outage log an earlier holdfast saved as JSON), writes it afresh and
 // starts journaling. The flusher starts with Start.
-func (l *Limiter) openJournal() error {
+func (l *cell) openJournal() error {
 	if err := os.MkdirAll(l.o.StateDir, 0o700); err != nil {
 		return fmt.Errorf("fallback: state dir: %w", err)
 	}
@@ -879,7 +879,7 @@ func (l *Limiter) openJournal() error {
 }
 
 // restore gives the Limiter what st holds.
-func (l *Limiter) restore(st *jstate, dropped int) jrestored {
+func (l *cell) restore(st *jstate, dropped int) jrestored {
 	r := jrestored{instances: int64(l.o.ExpectedInstances), dropped: dropped}
 	if st.counted {
 		r.instances = max(r.instances, st.count)
@@ -1262,7 +1262,7 @@ func readLegacyState(path string, st *jstate) error {
 }
 
 // journalGrant records a grant in the state dir's journal, if there is one.
-func (l *Limiter) journalGrant(flags byte, p core.Policy, key string, seed core.Seed, id string, cost, at, n int64) {
+func (l *cell) journalGrant(flags byte, p core.Policy, key string, seed core.Seed, id string, cost, at, n int64) {
 	if l.jnl != nil {
 		l.jnl.grant(flags, p, key, seed, id, cost, at, n)
 	}

@@ -161,7 +161,38 @@ type Options struct {
 // Limiter is a rate limiter that decides through the shared store while it
 // is healthy and with local leases while it is not. It is safe for
 // concurrent use. Call Start before use and Close when done.
+//
+// A Limiter routes each key to a cell: the whole store's, or on Redis
+// Cluster, once the topology is known, its shard's. A cell owns a breaker,
+// the leases, the outage log, the membership and the recovery barrier.
 type Limiter struct {
+	// cell is the whole store's: every key until a Cluster's topology is
+	// known, and then the keys of slots no shard served.
+	*cell
+	// shards, once the store's cluster topology is known, routes each key
+	// to the cell of its shard (see shards.go).
+	shards atomic.Pointer[shardSet]
+	user   func(from, to State) // the caller's OnStateChange
+	// stateLock holds the state dir's lock for this ID (claimState) until
+	// Close; nil without a state dir.
+	stateLock *os.File
+	notifyMu  sync.Mutex
+	notified  State // the state last reported to user
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup // the topology's retry
+
+	// life is 0 before Start, 1 once started, 2 once closed (3: a test's
+	// MarkStarted): a decision outside Start and Close is ErrNotStarted or
+	// ErrClosed.
+	life atomic.Int32
+	// multiMu makes AllowAll's local decisions one at a time.
+	multiMu sync.Mutex
+}
+
+// cell decides the keys of one scope, the whole store or one Cluster
+// shard, through the store while its breaker is closed and with its leases
+// while it is not.
+type cell struct {
 	store   core.Store
 	o       Options
 	breaker *Breaker
@@ -172,21 +203,20 @@ type Limiter struct {
 	// Membership and recovery-barrier keys: "{members}" and "{recovery}",
 	// or, for a shard's cell, keys whose hash tag lies in that shard.
 	members, barrier string
-	// tag names a shard's cell ("" for the whole store); a cell probes with
-	// its heartbeat, which reaches its own shard, instead of a PING.
+	// tag names a shard's cell ("" for the whole store): its keys' hash
+	// tag and its journal's name.
 	tag string
-	// shards, once the store's cluster topology is known, routes each key
-	// to the cell of its shard (see shards.go).
-	shards atomic.Pointer[shardSet]
-	user   func(from, to State) // the caller's OnStateChange
-	// stateLock holds the state dir's lock for this ID (claimState) until
-	// Close; nil without a state dir.
-	stateLock *os.File
+	// attrs label the cell's log lines (its shard).
+	attrs []any
+	// changed is told each breaker transition: the Limiter reports it to
+	// the caller's OnStateChange (see Limiter.notify).
+	changed func(from, to State)
+	// retired is set when shard cells decide every key: the whole store's
+	// cell then only flushes what its log still holds.
+	retired atomic.Bool
 	// sharedMode is the Mode of a decision through the store: ModeRedis,
 	// or ModeLocal for a store that keeps its state in this process.
 	sharedMode core.Mode
-	notifyMu   sync.Mutex
-	notified   State // the state last reported to user
 
 	instances atomic.Int64
 	countMu   sync.Mutex
@@ -211,15 +241,9 @@ type Limiter struct {
 	// jnl is the state dir's journal; nil without StateDir.
 	jnl *journal
 
-	// life is 0 before Start, 1 once started, 2 once closed (3: a test's
-	// MarkStarted): a decision outside Start and Close is ErrNotStarted or
-	// ErrClosed.
-	life atomic.Int32
-
 	// resets are the resets not yet applied in Redis (Reset during an
-	// outage); multiMu makes AllowAll's local decisions one at a time.
-	resets  pendingResets
-	multiMu sync.Mutex
+	// outage).
+	resets pendingResets
 }
 
 //go:embed members.lua
@@ -242,7 +266,7 @@ var leaveScript = core.NewScript("members_leave", "return {redis.call('ZREM', KE
 // leave takes this instance out of the membership set, if Redis is
 // reachable (the breaker is closed): the others' share grows at their next
 // heartbeat, after ShrinkAfter, instead of after the heartbeat lapses.
-func (l *Limiter) leave() {
+func (l *cell) leave() {
 	if l.breaker.State() != Closed {
 		return
 	}
@@ -277,22 +301,25 @@ func New(store core.Store, o Options) (*Limiter, error) {
 		lock.Close()
 		return nil, err
 	}
-	l, err := newLimiter(store, o, "")
+	l := &Limiter{stateLock: lock, user: o.Breaker.OnStateChange}
+	c, err := newCell(store, o, "", l.wholeChanged)
 	if err != nil {
 		lock.Close()
 		return nil, err
 	}
-	l.stateLock = lock
+	l.cell = c
 	return l, nil
 }
 
-// newLimiter builds the Limiter for the whole store (tag "") or the cell of
-// one shard, whose membership and barrier keys carry the hash tag tag.
-func newLimiter(store core.Store, o Options, tag string) (*Limiter, error) {
-	l := &Limiter{store: store, o: o, tag: tag, flushNow: make(chan struct{}, 1)}
+// newCell builds the cell of the whole store (tag "") or of one shard,
+// whose membership and barrier keys carry the hash tag tag; changed is told
+// its breaker's transitions.
+func newCell(store core.Store, o Options, tag string, changed func(from, to State)) (*cell, error) {
+	l := &cell{store: store, o: o, tag: tag, changed: changed, flushNow: make(chan struct{}, 1)}
 	l.members, l.barrier = o.Prefix+"{members}", o.Prefix+"{recovery}"
 	if tag != "" {
 		l.members, l.barrier = o.Prefix+"{"+tag+"}members", o.Prefix+"{"+tag+"}recovery"
+		l.attrs = []any{"shard", tag}
 	}
 	if o.Service != "" {
 		l.members, l.barrier = l.members+":"+o.Service, l.barrier+":"+o.Service
@@ -320,7 +347,6 @@ func newLimiter(store core.Store, o Options, tag string) (*Limiter, error) {
 	if bo.Jitter == 0 {
 		bo.Jitter = time.Nanosecond // the recovery barrier spreads nothing: instances return together
 	}
-	l.user = bo.OnStateChange
 	bo.OnStateChange = func(from, to State) {
 		// Grants are replayed at once only while recovering; the instance
 		// count may fall only once the breaker has been closed a while; the
@@ -348,13 +374,8 @@ func newLimiter(store core.Store, o Options, tag string) (*Limiter, error) {
 			}
 			attrs = append(attrs, "class", class, "reason", reason, "cause", cause.Error())
 		}
-		if l.tag != "" {
-			attrs = append(attrs, "shard", l.tag)
-		}
-		l.o.Logger.Info("holdfast breaker", attrs...)
-		if l.tag != "" || l.shards.Load() == nil {
-			l.notify(to)
-		}
+		l.o.Logger.Info("holdfast breaker", append(attrs, l.attrs...)...)
+		l.changed(from, to)
 	}
 	if l.breaker, err = NewBreaker(bo); err != nil {
 		return nil, err
@@ -426,7 +447,7 @@ func (o *Options) defaults() error {
 // reply just received. The offset it gives is at most the true one (the
 // reply's time was taken before it arrived), so a deadline sent in Redis
 // time is never later than the caller's own.
-func (l *Limiter) setOffset(storeNow int64) {
+func (l *cell) setOffset(storeNow int64) {
 	l.offset.Store(storeNow - l.o.micros())
 	if !l.offsetKnown.Load() {
 		l.offsetKnown.Store(true)
@@ -435,7 +456,7 @@ func (l *Limiter) setOffset(storeNow int64) {
 
 // storeMicros is the local clock converted to the store's clock with the
 // tracked offset, in microseconds.
-func (l *Limiter) storeMicros() int64 {
+func (l *cell) storeMicros() int64 {
 	return l.o.micros() + l.offset.Load()
 }
 
@@ -466,6 +487,18 @@ func (l *Limiter) Start(ctx context.Context) error {
 		return errors.New("fallback: Start called twice, or after Close")
 	}
 	ctx, l.cancel = context.WithCancel(ctx)
+	if err := l.cell.start(ctx); err != nil {
+		return err
+	}
+	if sh := core.ShardedOf(l.store); sh != nil {
+		l.startShards(ctx, sh)
+	}
+	return nil
+}
+
+// start starts the cell's background work.
+func (l *cell) start(ctx context.Context) error {
+	ctx, l.cancel = context.WithCancel(ctx)
 	l.closedSince.Store(l.o.Clock().UnixNano())
 	if err := l.heartbeat(ctx); err != nil && core.ClassOf(err) != core.ClassRequest {
 		l.noteFault(err)
@@ -475,7 +508,7 @@ func (l *Limiter) Start(ctx context.Context) error {
 		case "NOAUTH", "WRONGPASS", "NOPERM":
 			level, msg = slog.LevelError, "holdfast: Redis refuses this instance's credentials or permissions: limiting locally until it accepts them"
 		}
-		l.o.Logger.Log(ctx, level, msg, "instance", l.o.ID, "reason", core.ReasonOf(err), "err", err.Error())
+		l.o.Logger.Log(ctx, level, msg, append([]any{"instance", l.o.ID, "reason", core.ReasonOf(err), "err", err.Error()}, l.attrs...)...)
 	}
 	if err := l.breaker.StartProbing(ctx); err != nil {
 		return err
@@ -483,9 +516,6 @@ func (l *Limiter) Start(ctx context.Context) error {
 	l.wg.Go(func() { l.background(ctx) })
 	if l.jnl != nil {
 		l.jnl.start()
-	}
-	if sh := core.ShardedOf(l.store); sh != nil && l.tag == "" {
-		l.startShards(ctx, sh)
 	}
 	return nil
 }
@@ -503,17 +533,27 @@ func (l *Limiter) Close() error {
 	var errs []error
 	if set := l.shards.Load(); set != nil {
 		for _, c := range set.cells {
-			errs = append(errs, c.Close())
+			errs = append(errs, c.close())
 		}
 	}
-	l.breaker.Close()
-	l.leave()
-	defer l.leases.Close()
-	errs = append(errs, l.jnl.close())
+	errs = append(errs, l.cell.close())
 	if l.stateLock != nil {
 		l.stateLock.Close() // the state dir is free for the next process
 	}
 	return errors.Join(errs...)
+}
+
+// close stops the cell's background work, leaves the membership set and
+// writes the journal in full.
+func (l *cell) close() error {
+	if l.cancel != nil {
+		l.cancel()
+	}
+	l.wg.Wait()
+	l.breaker.Close()
+	l.leave()
+	defer l.leases.Close()
+	return l.jnl.close()
 }
 
 // Allow is shorthand for AllowN(ctx, p, key, 1).
@@ -531,18 +571,13 @@ func (l *Limiter) AllowN(ctx context.Context, p core.Policy, key string, cost in
 	if err := l.usable(); err != nil {
 		return core.Result{}, err
 	}
-	if set := l.shards.Load(); set != nil {
-		if c := set.cellFor(l.o.Prefix, p.Name(), key); c != nil {
-			return c.decide(ctx, p, key, cost)
-		}
-	}
-	return l.decide(ctx, p, key, cost)
+	return l.cellOf(p, key).decide(ctx, p, key, cost)
 }
 
 // decide is AllowN for a checked request. The storage key is built only
 // for a call to Redis or a grant to log: a decision from the leases or the
 // denial memory on a known key allocates nothing.
-func (l *Limiter) decide(ctx context.Context, p core.Policy, key string, cost int64) (core.Result, error) {
+func (l *cell) decide(ctx context.Context, p core.Policy, key string, cost int64) (core.Result, error) {
 	gen, closed := l.breaker.Allow()
 	if closed && !l.o.NoDenialMemory {
 		if r, ok := l.recalled(p, key, cost); ok {
@@ -571,7 +606,7 @@ func (l *Limiter) decide(ctx context.Context, p core.Policy, key string, cost in
 
 // remote decides through the store under the breaker's call deadline,
 // which the call carries in Redis time once the clock offset is known.
-func (l *Limiter) remote(ctx context.Context, gen uint64, p core.Policy, key string, cost int64, id string) (core.Result, core.Reply, error) {
+func (l *cell) remote(ctx context.Context, gen uint64, p core.Policy, key string, cost int64, id string) (core.Result, core.Reply, error) {
 	skey := core.StorageKey(l.o.Prefix, p.Name(), key)
 	timeout := l.breaker.CallTimeout()
 	cctx, cancel := context.WithTimeout(ctx, timeout)
@@ -606,7 +641,7 @@ func (l *Limiter) remote(ctx context.Context, gen uint64, p core.Policy, key str
 // the breaker counts it (a refusal opens it at once), and the failure
 // becomes the last one Status shows. An error holdfast does not recognise
 // is logged with its text, at most once a second.
-func (l *Limiter) storeFailed(gen uint64, err error, took time.Duration) {
+func (l *cell) storeFailed(gen uint64, err error, took time.Duration) {
 	class := core.ClassOf(err)
 	now := l.noteFault(err)
 	if class == core.ClassUnknown {
@@ -626,7 +661,7 @@ func (l *Limiter) storeFailed(gen uint64, err error, took time.Duration) {
 
 // noteFault makes err the last store failure Status shows, and returns
 // when it was noted.
-func (l *Limiter) noteFault(err error) time.Time {
+func (l *cell) noteFault(err error) time.Time {
 	now := l.o.Clock()
 	l.lastErr.Store(&storeFault{class: core.ClassOf(err), reason: core.ReasonOf(err), at: now})
 	return now
@@ -641,7 +676,7 @@ type storeFault struct {
 
 // observe records the Redis reply to a request of cost sent at sent: the
 // clock offset, the key's known state and, for a denial, the denial.
-func (l *Limiter) observe(skey string, p core.Policy, cost int64, sent time.Time, rep core.Reply) {
+func (l *cell) observe(skey string, p core.Policy, cost int64, sent time.Time, rep core.Reply) {
 	l.setOffset(rep.Now)
 	l.leases.Update(skey, func(prev any, _ int64) (any, int64) {
 		ks, _ := prev.(*keyState)
@@ -658,7 +693,7 @@ func (l *Limiter) observe(skey string, p core.Policy, cost int64, sent time.Time
 }
 
 // local decides without the store, by the policy's outage mode.
-func (l *Limiter) local(ctx context.Context, p core.Policy, key string, cost int64, id string) (core.Result, error) {
+func (l *cell) local(ctx context.Context, p core.Policy, key string, cost int64, id string) (core.Result, error) {
 	switch l.outageMode(p) {
 	case FailClosed:
 		return core.Result{Limit: p.Limit(), RetryAfter: l.breaker.ProbeInterval(), Mode: core.ModeFailClosed, Degraded: true}, nil

@@ -17,20 +17,20 @@ var _ core.MultiDecider = (*Limiter)(nil)
 
 // cellOf is the Limiter that decides key under p: a Cluster shard's cell,
 // or l.
-func (l *Limiter) cellOf(p core.Policy, key string) *Limiter {
+func (l *Limiter) cellOf(p core.Policy, key string) *cell {
 	if set := l.shards.Load(); set != nil {
 		if c := set.cellFor(l.o.Prefix, p.Name(), key); c != nil {
 			return c
 		}
 	}
-	return l
+	return l.cell
 }
 
 // call runs one script call through the store under the breaker's call
 // deadline (carried in Redis time by a guarded script once the offset is
 // known), in breaker generation gen, and reports the outcome to the
 // breaker as a decision's is.
-func (l *Limiter) call(ctx context.Context, gen uint64, sc *core.Script, keys, args []string) ([]int64, error) {
+func (l *cell) call(ctx context.Context, gen uint64, sc *core.Script, keys, args []string) ([]int64, error) {
 	timeout := l.breaker.CallTimeout()
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	start := l.o.Clock()
@@ -74,7 +74,7 @@ func (l *Limiter) Peek(ctx context.Context, p core.Policy, key string, cost int6
 	return l.cellOf(p, key).peek(ctx, pk, p, key, cost)
 }
 
-func (l *Limiter) peek(ctx context.Context, pk core.Peeker, p core.Policy, key string, cost int64) (core.Result, error) {
+func (l *cell) peek(ctx context.Context, pk core.Peeker, p core.Policy, key string, cost int64) (core.Result, error) {
 	if gen, closed := l.breaker.Allow(); closed {
 		var id string
 		if p.Algorithm().NeedsID() {
@@ -96,7 +96,7 @@ func (l *Limiter) peek(ctx context.Context, pk core.Peeker, p core.Policy, key s
 }
 
 // outageMode is p's outage mode.
-func (l *Limiter) outageMode(p core.Policy) OutageMode {
+func (l *cell) outageMode(p core.Policy) OutageMode {
 	if len(l.o.OutageModes) == 0 {
 		return Leases
 	}
@@ -105,7 +105,7 @@ func (l *Limiter) outageMode(p core.Policy) OutageMode {
 
 // localPeek is what local would answer now, spending nothing: with Leases,
 // the decision of a copy of the key's lease.
-func (l *Limiter) localPeek(p core.Policy, key string, cost int64) core.Result {
+func (l *cell) localPeek(p core.Policy, key string, cost int64) core.Result {
 	switch l.outageMode(p) {
 	case FailClosed:
 		return core.Result{Limit: p.Limit(), RetryAfter: l.breaker.ProbeInterval(), Mode: core.ModeFailClosed, Degraded: true}
@@ -200,7 +200,7 @@ func (l *Limiter) Reset(ctx context.Context, p core.Policy, key string) error {
 	return l.cellOf(p, key).reset(ctx, p, key)
 }
 
-func (l *Limiter) reset(ctx context.Context, p core.Policy, key string) error {
+func (l *cell) reset(ctx context.Context, p core.Policy, key string) error {
 	skey := core.StorageKey(l.o.Prefix, p.Name(), key)
 	// Under the replay's lock: no batch of the key is in flight while its
 	// grants are dropped and the key deleted.
@@ -220,7 +220,7 @@ func (l *Limiter) reset(ctx context.Context, p core.Policy, key string) error {
 
 // applyResets applies the pending resets; reconMu is held. A reset that
 // fails stays pending.
-func (l *Limiter) applyResets(ctx context.Context) error {
+func (l *cell) applyResets(ctx context.Context) error {
 	l.resets.mu.Lock()
 	pend := make(map[string]string, len(l.resets.keys))
 	for k, id := range l.resets.keys {
@@ -248,7 +248,7 @@ func (l *Limiter) applyResets(ctx context.Context) error {
 // there if another request denies) or pending on the local path (spent
 // only once every request has been decided).
 type charge struct {
-	cell   *Limiter
+	cell   *cell
 	id     string
 	rep    core.Reply
 	remote bool
@@ -337,7 +337,7 @@ func (l *Limiter) AllowAll(ctx context.Context, reqs ...core.Request) ([]core.Re
 // breaker is closed: remote is false when Redis did not decide (the breaker
 // is not closed, or the call failed) and the request goes to the local
 // path. A remembered denial answers without a call.
-func (l *Limiter) chargeRemote(ctx context.Context, p core.Policy, key string, cost int64, id string) (core.Result, core.Reply, bool, error) {
+func (l *cell) chargeRemote(ctx context.Context, p core.Policy, key string, cost int64, id string) (core.Result, core.Reply, bool, error) {
 	gen, closed := l.breaker.Allow()
 	if !closed {
 		return core.Result{}, core.Reply{}, false, nil

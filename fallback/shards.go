@@ -20,7 +20,7 @@ import (
 // by resharding while the Limiter runs are still decided correctly (the
 // client follows the redirect) but under their old shard's breaker.
 type shardSet struct {
-	cells  []*Limiter
+	cells  []*cell
 	slots  []string // each cell's slot ranges, for Status
 	bySlot [core.SlotCount]int16
 	// covered: every slot had a shard; else the whole-store limiter still
@@ -31,7 +31,7 @@ type shardSet struct {
 // cellFor returns the cell of the slot of StorageKey(prefix, policy, key),
 // or nil for a slot no shard served when the topology was read (the
 // whole-store breaker decides those).
-func (s *shardSet) cellFor(prefix, policy, key string) *Limiter {
+func (s *shardSet) cellFor(prefix, policy, key string) *cell {
 	if i := s.bySlot[core.StorageSlot(prefix, policy, key)]; i >= 0 {
 		return s.cells[i]
 	}
@@ -56,7 +56,7 @@ func (s *shardSet) worst() State {
 func (s *shardSet) status(st *Status) {
 	st.Breaker = s.worst().String()
 	for i, c := range s.cells {
-		cs := c.Status()
+		cs := c.status()
 		st.Instances = max(st.Instances, cs.Instances)
 		st.PendingLog += cs.PendingLog
 		st.Reconciles += cs.Reconciles
@@ -108,6 +108,10 @@ func (l *Limiter) tryShards(ctx context.Context, sh core.Sharded) bool {
 		return false
 	}
 	l.shards.Store(set)
+	// The shards' cells decide every key now; the whole store's cell only
+	// has a log to flush. (With slots no shard served, it still decides
+	// their keys, and keeps its heartbeat.)
+	l.cell.retired.Store(set.covered)
 	l.cellChanged(Closed, Closed) // report the cells' state in place of the whole store's
 	l.o.Logger.Info("holdfast cluster", "instance", l.o.ID, "shards", len(set.cells), "slots", strings.Join(set.slots, " | "))
 	return true
@@ -132,15 +136,16 @@ func (l *Limiter) newShardSet(ctx context.Context, shards []core.Shard) (*shardS
 		if err != nil {
 			return nil, err
 		}
-		o := l.o
-		o.Breaker.OnStateChange = l.cellChanged
-		c, err := newLimiter(l.store, o, tag)
+		c, err := newCell(l.store, l.o, tag, l.cellChanged)
 		if err == nil {
-			err = c.Start(ctx)
+			err = c.start(ctx)
 		}
 		if err != nil {
+			if c != nil {
+				_ = c.close()
+			}
 			for _, c := range set.cells {
-				_ = c.Close()
+				_ = c.close()
 			}
 			return nil, fmt.Errorf("fallback: shard %s: %w", tag, err)
 		}
@@ -174,8 +179,16 @@ func formatSlots(rs []core.SlotRange) string {
 	return strings.Join(parts, ",")
 }
 
-// cellChanged is each cell's OnStateChange: the caller's OnStateChange sees
-// the worst state among the shards.
+// wholeChanged is the whole store's cell's transition: the caller's
+// OnStateChange sees it until shard cells decide.
+func (l *Limiter) wholeChanged(_, to State) {
+	if l.shards.Load() == nil {
+		l.notify(to)
+	}
+}
+
+// cellChanged is each shard cell's transition: the caller's OnStateChange
+// sees the worst state among the shards.
 func (l *Limiter) cellChanged(_, _ State) {
 	if set := l.shards.Load(); set != nil {
 		l.notify(set.worst())

@@ -359,12 +359,10 @@ func denied(rule Rule, res core.Result) error {
 // outage turns a store error into the rule's Outage decision. Other
 // errors are returned: a call that ended, or a rule the limiter rejects.
 func (x *interceptor) outage(ctx context.Context, rule Rule, fullMethod string, err error) (core.Result, error) {
-	class := core.ClassOf(err)
-	_, fromStore := errors.AsType[*core.StoreError](err)
-	fromStore = fromStore || class != core.ClassRequest || errors.Is(err, core.ErrWrongType)
-	if ctx.Err() != nil || !fromStore {
+	if ctx.Err() != nil || !core.FromStore(err) {
 		return core.Result{}, err
 	}
+	class := core.ClassOf(err)
 	level := slog.LevelWarn
 	if class == core.ClassRequest {
 		level = slog.LevelError
@@ -372,11 +370,7 @@ func (x *interceptor) outage(ctx context.Context, rule Rule, fullMethod string, 
 	x.storeLog.log(ctx, x.o.logger, x.o.now(), level, "grpclimit: store failed, call decided by the outage mode",
 		"policy", rule.Policy.Name(), "method", fullMethod, "outage", rule.Outage.String(),
 		"class", class.String(), "reason", core.ReasonOf(err), "err", err)
-	limit := rule.Policy.Limit()
-	if rule.Outage == FailClosed {
-		return core.Result{Limit: limit, RetryAfter: time.Second, Mode: core.ModeFailClosed, Degraded: true}, nil
-	}
-	return core.Result{Allowed: true, Limit: limit, Remaining: limit, Mode: core.ModeFailOpen, Degraded: true}, nil
+	return core.OutageResult(rule.Policy.Limit(), rule.Outage == FailClosed), nil
 }
 
 // fail returns the status of a call the interceptor did not decide (see

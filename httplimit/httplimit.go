@@ -342,12 +342,10 @@ func (m *middleware) request(r *http.Request) (string, int64, error) {
 // errors are returned: a request that ended, or a rule the limiter
 // rejects.
 func (m *middleware) outage(r *http.Request, err error) (core.Result, error) {
-	class := core.ClassOf(err)
-	_, fromStore := errors.AsType[*core.StoreError](err)
-	fromStore = fromStore || class != core.ClassRequest || errors.Is(err, core.ErrWrongType)
-	if r.Context().Err() != nil || !fromStore {
+	if r.Context().Err() != nil || !core.FromStore(err) {
 		return core.Result{}, err
 	}
+	class := core.ClassOf(err)
 	level := slog.LevelWarn
 	if class == core.ClassRequest {
 		level = slog.LevelError
@@ -355,11 +353,7 @@ func (m *middleware) outage(r *http.Request, err error) (core.Result, error) {
 	m.storeLog.log(r.Context(), m.o.logger, m.o.now(), level, "httplimit: store failed, request decided by the outage mode",
 		"policy", m.rule.Policy.Name(), "path", r.URL.Path, "outage", m.rule.Outage.String(),
 		"class", class.String(), "reason", core.ReasonOf(err), "err", err)
-	limit := m.rule.Policy.Limit()
-	if m.rule.Outage == FailClosed {
-		return core.Result{Limit: limit, RetryAfter: time.Second, Mode: core.ModeFailClosed, Degraded: true}, nil
-	}
-	return core.Result{Allowed: true, Limit: limit, Remaining: limit, Mode: core.ModeFailOpen, Degraded: true}, nil
+	return core.OutageResult(m.rule.Policy.Limit(), m.rule.Outage == FailClosed), nil
 }
 
 // fail logs an undecided request unless it is the client's fault or the

@@ -117,6 +117,11 @@ const (
 	recLease  = 'E'
 	recSealed = 'S'
 	recAcked  = 'A'
+	// recReset forgets a key (its known state, lease and unreplayed
+	// grants) and records a Reset to apply in Redis; recResetDone marks it
+	// applied.
+	recReset     = 'R'
+	recResetDone = 'D'
 )
 
 // Grant record flags.
@@ -367,6 +372,14 @@ func loadLease(p core.Policy, data []byte, k *keyState) bool {
 	return true
 }
 
+// resetRec encodes a recReset or recResetDone record.
+func (e *jenc) resetRec(typ byte, skey, id string) {
+	st := e.open(typ)
+	e.str(skey)
+	e.str(id)
+	e.close(st)
+}
+
 func (e *jenc) sealed(pi uint64, b *core.Batch) {
 	s := e.open(recSealed)
 	e.str(b.ID)
@@ -501,7 +514,8 @@ type jstate struct {
 	pols    map[uint64]core.Policy
 	keys    map[string]*jkey
 	sealed  map[string]*core.Batch
-	order   []string // sealed batch ids in sealing order (acked ones linger until trimmed)
+	order   []string          // sealed batch ids in sealing order (acked ones linger until trimmed)
+	resets  map[string]string // pending resets: storage key → marker id
 	count   int64
 	offset  int64
 	counted bool
@@ -524,7 +538,7 @@ type jkey struct {
 }
 
 func newJState(maxOpen int) *jstate {
-	return &jstate{pols: map[uint64]core.Policy{}, keys: map[string]*jkey{}, sealed: map[string]*core.Batch{}, maxOpen: maxOpen}
+	return &jstate{pols: map[uint64]core.Policy{}, keys: map[string]*jkey{}, sealed: map[string]*core.Batch{}, resets: map[string]string{}, maxOpen: maxOpen}
 }
 
 func (st *jstate) key(skey []byte, p core.Policy) *jkey {
@@ -661,6 +675,29 @@ func (st *jstate) apply(b []byte) error {
 		if len(st.order) > 2*len(st.sealed)+64 {
 			st.order = slices.DeleteFunc(st.order, func(id string) bool { return st.sealed[id] == nil })
 		}
+	case recReset:
+		skey, id := d.str(), d.str()
+		if !d.ok() || id == "" {
+			return errBadRec
+		}
+		if k := st.keys[skey]; k != nil {
+			st.open -= len(k.open)
+			delete(st.keys, skey)
+		}
+		for bid, b := range st.sealed {
+			if b.Key == skey {
+				delete(st.sealed, bid)
+			}
+		}
+		st.resets[skey] = id
+	case recResetDone:
+		skey, id := d.str(), d.str()
+		if !d.ok() {
+			return errBadRec
+		}
+		if st.resets[skey] == id {
+			delete(st.resets, skey)
+		}
 	default:
 		return fmt.Errorf("%w: unknown record type %q", errBadRec, typ)
 	}
@@ -776,6 +813,10 @@ func (st *jstate) snapshot(e *jenc) {
 	if st.counted {
 		e.count(st.count, st.offset)
 	}
+	// Pending resets first: what follows is the keys' state since.
+	for _, skey := range slices.Sorted(maps.Keys(st.resets)) {
+		e.resetRec(recReset, skey, st.resets[skey])
+	}
 	skeys := slices.Sorted(maps.Keys(st.keys))
 	for _, skey := range skeys {
 		if k := st.keys[skey]; k.ks.leased || k.ks.known.at > 0 {
@@ -886,6 +927,9 @@ func (l *cell) restore(st *jstate, dropped int) jrestored {
 		l.offset.Store(st.offset)
 	}
 	l.instances.Store(r.instances)
+	for skey, id := range st.resets {
+		l.resets.add(skey, id)
+	}
 	for _, id := range st.order {
 		if b := st.sealed[id]; b != nil {
 			cp := *b
@@ -995,6 +1039,15 @@ func (j *journal) known(p core.Policy, skey string, k known) {
 	j.mu.Lock()
 	j.coal.off = -1
 	j.enc.known(j.enc.policy(p), skey, k)
+	j.mu.Unlock()
+}
+
+// reset records a Reset of skey (typ recReset) pending under marker id,
+// or its application (recResetDone).
+func (j *journal) reset(typ byte, skey, id string) {
+	j.mu.Lock()
+	j.coal.off = -1
+	j.enc.resetRec(typ, skey, id)
 	j.mu.Unlock()
 }
 

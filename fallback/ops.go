@@ -208,13 +208,21 @@ func (l *cell) reset(ctx context.Context, p core.Policy, key string) error {
 	defer l.reconMu.Unlock()
 	l.log.drop(skey)
 	l.leases.Update(skey, func(any, int64) (any, int64) { return nil, 0 })
+	id := l.log.nextID()
+	if l.jnl != nil {
+		// The state dir forgets the key too; a restart keeps the reset.
+		l.jnl.reset(recReset, skey, id)
+	}
 	if gen, closed := l.breaker.Allow(); closed {
 		_, err := l.call(ctx, gen, core.ResetScript(), []string{skey}, nil)
 		if err == nil || core.ClassOf(err) == core.ClassRequest || ctx.Err() != nil {
+			if l.jnl != nil {
+				l.jnl.reset(recResetDone, skey, id)
+			}
 			return err
 		}
 	}
-	l.resets.add(skey, l.log.nextID())
+	l.resets.add(skey, id)
 	return nil
 }
 
@@ -240,6 +248,9 @@ func (l *cell) applyResets(ctx context.Context) error {
 			delete(l.resets.keys, skey)
 		}
 		l.resets.mu.Unlock()
+		if l.jnl != nil {
+			l.jnl.reset(recResetDone, skey, id)
+		}
 	}
 	return nil
 }

@@ -39,11 +39,14 @@ import (
 // answers OK without current_limit, as does every descriptor of a domain
 // the config lacks (envoyproxy/ratelimit's answers). A descriptor's own
 // hits_addend of 0 checks without spending. A limit of 0, or a cost above
-// the limit, is OVER_LIMIT without spending anything.
+// the limit, is OVER_LIMIT without spending anything. A limit Envoy sends
+// with a descriptor (a route's override) applies instead of the config's,
+// a token bucket keyed by all the descriptor's keys and values.
 //
 // A malformed request (empty domain, no descriptors, a descriptor without
 // entries, an empty key, an entry above 256 bytes, more than 64
-// descriptors or 16 entries, is_negative_hits) ends with InvalidArgument
+// descriptors or 16 entries, is_negative_hits, a limit override of an
+// unknown unit) ends with InvalidArgument
 // and spends nothing. Redis never makes an answer UNAVAILABLE: the
 // limiter decides through an outage by each limit's outage mode, and the
 // response then carries x-holdfast-mode (local, fail_open or fail_closed).
@@ -108,8 +111,8 @@ func (s *rlsService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRe
 		if d.GetIsNegativeHits() {
 			return nil, s.invalid(fmt.Sprintf("rls: descriptor %d: is_negative_hits is not supported", i))
 		}
-		if d.GetLimit() != nil {
-			return nil, s.invalid(fmt.Sprintf("rls: descriptor %d: a limit override from Envoy is not supported: configure the limit in --rls-config", i))
+		if o := d.GetLimit(); o != nil {
+			descs[i].Override = &rls.OverrideLimit{RequestsPerUnit: o.GetRequestsPerUnit(), Unit: rls.Unit(o.GetUnit())}
 		}
 		es := make([]rls.Entry, len(d.GetEntries()))
 		for j, e := range d.GetEntries() {

@@ -12,6 +12,7 @@ import (
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -91,6 +92,11 @@ func desc(kv ...string) *rlcommon.RateLimitDescriptor {
 	return d
 }
 
+func override(d *rlcommon.RateLimitDescriptor, rpu uint32, unit typev3.RateLimitUnit) *rlcommon.RateLimitDescriptor {
+	d.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: rpu, Unit: unit}
+	return d
+}
+
 func hits(d *rlcommon.RateLimitDescriptor, n uint64) *rlcommon.RateLimitDescriptor {
 	d.HitsAddend = wrapperspb.UInt64(n)
 	return d
@@ -142,6 +148,7 @@ func TestRLSResponses(t *testing.T) {
 	const (
 		cl  = ` | RateLimit-Policy: "shop.client";q=3;w=3600`
 		nst = `"shop.client.path__checkout-ce6242a9";q=2;w=3600`
+		ovr = "9dfb56bc"
 	)
 	steps := []struct {
 		what string
@@ -198,6 +205,14 @@ func TestRLSResponses(t *testing.T) {
 		{"sliding window", func() string { return ask("shop", 0, desc("tier", "sw")) },
 			`OK [OK 2/MINUTE r=1 t=60] | RateLimit-Policy: "shop.tier_sw";q=2;w=60 | RateLimit: "shop.tier_sw";r=1;t=60`},
 		{"an unknown domain", func() string { return ask("elsewhere", 0, desc("client", "alice")) }, `OK [OK]`},
+		{"Envoy's limit override", func() string { return ask("shop", 0, override(desc("client", "olga"), 2, typev3.RateLimitUnit_MINUTE)) },
+			`OK [OK 2/MINUTE r=1 t=30] | RateLimit-Policy: "override-` + ovr + `";q=2;w=60 | RateLimit: "override-` + ovr + `";r=1;t=30`},
+		{"the override again", func() string { return ask("shop", 0, override(desc("client", "olga"), 2, typev3.RateLimitUnit_MINUTE)) },
+			`OK [OK 2/MINUTE r=0 t=60] | RateLimit-Policy: "override-` + ovr + `";q=2;w=60 | RateLimit: "override-` + ovr + `";r=0;t=60`},
+		{"over the override", func() string { return ask("shop", 0, override(desc("client", "olga"), 2, typev3.RateLimitUnit_MINUTE)) },
+			`OVER_LIMIT [OVER_LIMIT 2/MINUTE r=0 t=30] | RateLimit-Policy: "override-` + ovr + `";q=2;w=60 | RateLimit: "override-` + ovr + `";r=0;t=30 | Retry-After: 30`},
+		{"the config's limit untouched by the override", func() string { return ask("shop", 0, desc("client", "olga")) },
+			`OK [OK 3/HOUR r=2 t=1200]` + cl + ` | RateLimit: "shop.client";r=2;t=1200`},
 	}
 	for i, s := range steps {
 		if got := s.got(); got != s.want {
@@ -220,6 +235,7 @@ func TestRLSResponses(t *testing.T) {
 		{&rlsv3.RateLimitRequest{Domain: "shop", Descriptors: []*rlcommon.RateLimitDescriptor{desc("client", "gina"), desc("", "x")}}, "descriptor 1 entry 0 has an empty key"},
 		{&rlsv3.RateLimitRequest{Domain: "shop", Descriptors: []*rlcommon.RateLimitDescriptor{desc("client", "gina"), desc("client", long)}}, "longer than 256 bytes"},
 		{&rlsv3.RateLimitRequest{Domain: "shop", Descriptors: []*rlcommon.RateLimitDescriptor{neg}}, "is_negative_hits is not supported"},
+		{&rlsv3.RateLimitRequest{Domain: "shop", Descriptors: []*rlcommon.RateLimitDescriptor{desc("client", "gina"), override(desc("client", "gina"), 1, typev3.RateLimitUnit_UNKNOWN)}}, "a limit override with unit 0"},
 	} {
 		_, err := rl.ShouldRateLimit(context.Background(), tt.req)
 		if grpcstatus.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tt.want) {
@@ -242,12 +258,12 @@ func TestRLSResponses(t *testing.T) {
 	// Metrics by domain and descriptor keys, never a value.
 	m := get(a.Handler(), "/metrics", "").Body.String()
 	for _, want := range []string{
-		`holdfast_rls_descriptors_total{descriptor="client",domain="shop",mode="redis",result="ok"} 15`,
-		`holdfast_rls_descriptors_total{descriptor="client",domain="shop",mode="redis",result="over_limit"} 2`,
+		`holdfast_rls_descriptors_total{descriptor="client",domain="shop",mode="redis",result="ok"} 18`,
+		`holdfast_rls_descriptors_total{descriptor="client",domain="shop",mode="redis",result="over_limit"} 3`,
 		`holdfast_rls_descriptors_total{descriptor="canary",domain="shop",mode="redis",result="shadow_over_limit"} 1`,
 		`holdfast_rls_descriptors_total{descriptor="internal",domain="shop",mode="none",result="unlimited"} 1`,
 		`holdfast_rls_descriptors_total{descriptor="",domain="unknown",mode="none",result="unmatched"} 1`,
-		`holdfast_rls_requests_total{code="invalid_argument",domain=""} 6`,
+		`holdfast_rls_requests_total{code="invalid_argument",domain=""} 7`,
 		`holdfast_decisions_total{mode="redis",policy="shop.client",result="allowed"}`,
 	} {
 		if !strings.Contains(m, want) {

@@ -160,10 +160,14 @@ func (a *App) Status() Status {
 	return st
 }
 
-// Close marks the instance not ready, closes the limiter (which writes an
-// unreconciled outage log to the state dir) and then the Redis client.
+// Close marks the instance not ready, stops the rate limit service, closes
+// the limiter (which writes an unreconciled outage log to the state dir)
+// and then the Redis client.
 func (a *App) Close() error {
 	a.ready.Store(false)
+	if a.grpc != nil {
+		a.grpc.Stop() // no decision after the limiter closes
+	}
 	err := a.lim.Close()
 	a.closeDB()
 	return err

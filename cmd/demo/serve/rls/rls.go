@@ -45,9 +45,11 @@ package rls
 
 import (
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/holdfast/holdfast/core"
@@ -148,11 +150,21 @@ type Limit struct {
 // An Entry is one key and value of a request's descriptor.
 type Entry struct{ Key, Value string }
 
-// A Descriptor is one descriptor of a request: its entries and its own
-// hits_addend, when it has one (which may be 0: check, spend nothing).
+// A Descriptor is one descriptor of a request: its entries, its own
+// hits_addend when it has one (which may be 0: check, spend nothing), and
+// the limit Envoy sent with it, if any (Override).
 type Descriptor struct {
 	Entries []Entry
 	Hits    *uint64
+	// Override, when not nil, is Envoy's limit for the descriptor: it
+	// applies instead of the config's.
+	Override *OverrideLimit
+}
+
+// An OverrideLimit is a limit Envoy sends with a descriptor.
+type OverrideLimit struct {
+	RequestsPerUnit uint32
+	Unit            Unit
 }
 
 // node is one descriptor of the config tree.
@@ -217,6 +229,7 @@ type Domain struct {
 type Config struct {
 	domains map[string]*Domain
 	limits  []*Limit // every limit with a policy, in load order
+	over    overrides
 }
 
 // Domains returns the domain names, sorted.
@@ -317,6 +330,13 @@ func (c *Config) Plan(domain string, descs []Descriptor, hits uint32) (items []I
 		if d.Hits != nil {
 			it.Cost = *d.Hits
 		}
+		if o := d.Override; o != nil {
+			var err error
+			if it.Limit, it.Key, err = c.Override(domain, d.Entries, o.RequestsPerUnit, o.Unit); err != nil {
+				return nil, false, err
+			}
+			continue
+		}
 		if dom == nil {
 			continue
 		}
@@ -367,4 +387,69 @@ func (d *Domain) match(entries []Entry) (*Limit, string) {
 		lv = &n.children
 	}
 	return nil, ""
+}
+
+// MaxOverrides is the most distinct limits that Envoy's descriptor limit
+// overrides may bring to one Config; a request with one more is a
+// *RequestError.
+const MaxOverrides = 1024
+
+// overrides are the limits made for Envoy's limit overrides, by domain,
+// keys and numbers.
+type overrides struct {
+	mu     sync.Mutex
+	limits map[string]*Limit
+}
+
+// Override returns the limit of a descriptor of domain that carries its
+// own limit (Envoy's RateLimitDescriptor.limit, set by a route's
+// rate_limits override): requests_per_unit per unit with the default
+// algorithm, keyed by every key and value of the descriptor, as
+// envoyproxy/ratelimit applies it whatever the config says. Descriptors
+// with the same domain, keys and numbers share a policy; their values
+// choose the counter.
+func (c *Config) Override(domain string, entries []Entry, rpu uint32, unit Unit) (*Limit, string, error) {
+	if unit.Duration() == 0 {
+		return nil, "", badRequest("a limit override with unit %d, want second to year", int32(unit))
+	}
+	keys := make([]string, len(entries))
+	var key strings.Builder
+	for i, e := range entries {
+		keys[i] = e.Key
+		for _, s := range []string{e.Key, e.Value} {
+			key.WriteString(strconv.Itoa(len(s)))
+			key.WriteByte(':')
+			key.WriteString(s)
+		}
+	}
+	if key.Len() > core.MaxKeyLen {
+		return nil, "", badRequest("a limit override's keys and values make a key of %d bytes, at most %d", key.Len(), core.MaxKeyLen)
+	}
+	path := strings.Join(keys, ".")
+	id := fmt.Sprintf("%s\x00%s\x00%d\x00%d", domain, path, rpu, unit)
+	c.over.mu.Lock()
+	defer c.over.mu.Unlock()
+	if l := c.over.limits[id]; l != nil {
+		return l, key.String(), nil
+	}
+	if len(c.over.limits) >= MaxOverrides {
+		return nil, "", badRequest("more than %d distinct limit overrides", MaxOverrides)
+	}
+	l := &Limit{Domain: domain, KeyPath: path, RequestsPerUnit: rpu, Unit: unit}
+	if rpu > 0 {
+		h := fnv.New32a()
+		h.Write([]byte(id))
+		name := fmt.Sprintf("override-%08x", h.Sum32())
+		alg, _ := core.AlgorithmByName(DefaultAlgorithm)
+		p, err := newPolicy(alg, name, int64(rpu), unit.Duration())
+		if err != nil {
+			return nil, "", badRequest("a limit override of %d per %s: %v", rpu, unit, err)
+		}
+		l.Policy = p
+	}
+	if c.over.limits == nil {
+		c.over.limits = map[string]*Limit{}
+	}
+	c.over.limits[id] = l
+	return l, key.String(), nil
 }

@@ -230,3 +230,21 @@ func RefundArgs(ints []int64, strs ...string) []string {
 	}
 	return append(args, strs...)
 }
+
+// NewDecisionScripts returns an algorithm's decision script and its Peeker
+// script from one Lua source that tests a global PEEK before it writes:
+// decide runs it with PEEK false (NewDecisionScript: with the deadline
+// guard), peek with PEEK true. local is the decision's Go twin; the peek's
+// twin runs local on clone(prev), a copy of the state local may change in
+// place, and leaves the store's state as it was.
+func NewDecisionScripts(name, src string, local LocalFunc, clone func(prev any) any) (decide, peek *Script) {
+	decide = NewDecisionScript(name, "local PEEK = false\n"+src, local)
+	peek = NewScript(name+"_peek", "local PEEK = true\n"+src, func(prev any, now int64, args []string) (any, []int64, int64, error) {
+		if prev != nil {
+			prev = clone(prev)
+		}
+		_, r, _, err := local(prev, now, args)
+		return nil, r, -1, err
+	})
+	return decide, peek
+}

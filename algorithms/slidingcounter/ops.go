@@ -9,12 +9,7 @@ import (
 //go:embed refund.lua
 var refundSource string
 
-var (
-	// peekScript is slidingcounter.lua with PEEK set: the reply without
-	// the count.
-	peekScript   = core.NewScript(Name+"_peek", "local PEEK = true\n"+source, peekLocal)
-	refundScript = core.NewScript(Name+"_refund", refundSource, refundLocal)
-)
+var refundScript = core.NewScript(Name+"_refund", refundSource, refundLocal)
 
 var (
 	_ core.Peeker   = algorithm{}
@@ -28,17 +23,6 @@ func (algorithm) PeekScript() *core.Script { return peekScript }
 func (algorithm) RefundCall(p core.Policy, skey string, cost int64, _ string, r core.Reply) core.Call {
 	return core.Call{Script: refundScript, Keys: []string{skey},
 		Args: core.RefundArgs([]int64{p.Interval().Microseconds(), cost, r.Now})}
-}
-
-// peekLocal is the peek script's Go twin: local on a copy of the state,
-// which the store keeps as it was.
-func peekLocal(prev any, now int64, args []string) (any, []int64, int64, error) {
-	if st, ok := prev.(*State); ok {
-		c := *st
-		prev = &c
-	}
-	_, r, _, err := local(prev, now, args)
-	return nil, r, -1, err
 }
 
 // refundLocal is refund.lua's Go twin, on the state in place.

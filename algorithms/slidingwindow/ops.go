@@ -10,12 +10,7 @@ import (
 //go:embed refund.lua
 var refundSource string
 
-var (
-	// peekScript is slidingwindow.lua with PEEK set: the reply without
-	// the members.
-	peekScript   = core.NewScript(Name+"_peek", "local PEEK = true\n"+source, peekLocal)
-	refundScript = core.NewScript(Name+"_refund", refundSource, refundLocal)
-)
+var refundScript = core.NewScript(Name+"_refund", refundSource, refundLocal)
 
 var (
 	_ core.Peeker   = algorithm{}
@@ -28,16 +23,6 @@ func (algorithm) PeekScript() *core.Script { return peekScript }
 // (refund.lua).
 func (algorithm) RefundCall(_ core.Policy, skey string, cost int64, id string, r core.Reply) core.Call {
 	return core.Call{Script: refundScript, Keys: []string{skey}, Args: core.RefundArgs([]int64{cost, r.Now}, id)}
-}
-
-// peekLocal is the peek script's Go twin: local on a copy of the log,
-// which the store keeps as it was.
-func peekLocal(prev any, now int64, args []string) (any, []int64, int64, error) {
-	if l, ok := prev.(*Log); ok {
-		prev = &Log{At: slices.Clone(l.At)}
-	}
-	_, r, _, err := local(prev, now, args)
-	return nil, r, -1, err
 }
 
 // refundLocal is refund.lua's Go twin: the memory store keeps times, not

@@ -9,6 +9,7 @@ package slidingwindow
 
 import (
 	_ "embed"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -26,7 +27,17 @@ const MaxLimit = 1_000_000
 //go:embed slidingwindow.lua
 var source string
 
-var script = core.NewDecisionScript(Name, "local PEEK = false\n"+source, local)
+// script is the decision; peekScript the same source with PEEK set, the
+// reply without the write (core.Peeker).
+var script, peekScript = core.NewDecisionScripts(Name, source, local, cloneState)
+
+// cloneState copies the state the memory store holds, for a peek.
+func cloneState(prev any) any {
+	if st, ok := prev.(*Log); ok {
+		return &Log{At: slices.Clone(st.At)}
+	}
+	return prev
+}
 
 type algorithm struct{}
 

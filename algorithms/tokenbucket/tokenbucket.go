@@ -29,7 +29,18 @@ const MaxCredit = 1 << 50
 //go:embed tokenbucket.lua
 var source string
 
-var script = core.NewDecisionScript(Name, "local PEEK = false\n"+source, local)
+// script is the decision; peekScript the same source with PEEK set, the
+// reply without the write (core.Peeker).
+var script, peekScript = core.NewDecisionScripts(Name, source, local, cloneState)
+
+// cloneState copies the state the memory store holds, for a peek.
+func cloneState(prev any) any {
+	if st, ok := prev.(*State); ok {
+		c := *st
+		return &c
+	}
+	return prev
+}
 
 type algorithm struct{}
 

@@ -24,11 +24,17 @@ import (
 
 // rlsFaultConfig is one client's 10 a second, as Envoy's users write it: a
 // token bucket of 10 refilled at 10 a second, so the bound over a span d
-// is 10 + 10·d.
+// is 10 + 10·d. Each request also carries a descriptor of a loose limit
+// (the client on one route, 1000 a second), first, so that every denial
+// by the tight one refunds the loose one's charge: the all-or-nothing
+// path runs through every fault.
 const rlsFaultConfig = `domain: edge
 descriptors:
   - key: client
     rate_limit: {unit: second, requests_per_unit: 10}
+    descriptors:
+      - key: route
+        rate_limit: {unit: second, requests_per_unit: 1000}
 `
 
 // TestRLSFaults runs four `serve --grpc-listen` processes on one Redis, as
@@ -158,6 +164,7 @@ func rlsLoad(t *testing.T, addrs []string, fault func() func()) (admitted, over,
 		clients[i] = rlsv3.NewRateLimitServiceClient(cc)
 	}
 	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{
+		{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "client", Value: "heavy"}, {Key: "route", Value: "/api"}}},
 		{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "client", Value: "heavy"}}},
 	}}
 	var ok, no, loc, bad atomic.Int64
@@ -188,6 +195,9 @@ func rlsLoad(t *testing.T, addrs []string, fault func() func()) (admitted, over,
 				case err != nil:
 					bad.Add(1)
 					t.Logf("instance %d: %v", i, err)
+				case len(r.GetStatuses()) != 2 || r.GetStatuses()[0].GetCode() != rlsv3.RateLimitResponse_OK:
+					bad.Add(1) // the loose limit is never over
+					t.Logf("instance %d: %v", i, r)
 				case r.GetOverallCode() == rlsv3.RateLimitResponse_OK:
 					ok.Add(1)
 				case r.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT:

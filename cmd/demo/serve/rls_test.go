@@ -3,9 +3,11 @@ package serve_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -407,4 +409,51 @@ func TestRLSReadmeExamples(t *testing.T) {
 	}
 	expect("example 11 shared", statuses(call("example11", desc("files", "files/c.txt")))[:10], "OVER_LIMIT")
 	expect("example 11 not shared", statuses(call("example11", desc("files_no_share", "files_no_share/b.csv"))), "OK [OK 10/HOUR r=9 t=360]")
+}
+
+// TestRLSRun runs serve as the binary does, with the rate limit service
+// alone: it logs its gRPC address and domains, answers health and
+// ShouldRateLimit there, and stops cleanly when cancelled.
+func TestRLSRun(t *testing.T) {
+	srv := redistest.Start(t)
+	o := rlsOptions(t, srv.URL(), rlsConfig)
+	logs := &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- serve.Run(ctx, o, slog.New(slog.NewTextHandler(logs, nil))) }()
+	addr := regexp.MustCompile(`msg="holdfast serve grpc listening" addr=(\S+) domains=shop`)
+	var target string
+	for deadline := time.Now().Add(10 * time.Second); target == ""; time.Sleep(20 * time.Millisecond) {
+		if m := addr.FindStringSubmatch(logs.String()); m != nil {
+			target = m[1]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve did not log its gRPC address:\n%s", logs)
+		}
+	}
+	cc, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	if r, err := healthpb.NewHealthClient(cc).Check(context.Background(), &healthpb.HealthCheckRequest{Service: "envoy.service.ratelimit.v3.RateLimitService"}); err != nil || r.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("health: %v %v", r, err)
+	}
+	r, err := rlsv3.NewRateLimitServiceClient(cc).ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "shop", Descriptors: []*rlcommon.RateLimitDescriptor{desc("client", "run")}})
+	if err != nil || show(r) != `OK [OK 3/HOUR r=2 t=1200] | RateLimit-Policy: "shop.client";q=3;w=3600 | RateLimit: "shop.client";r=2;t=1200` {
+		t.Errorf("ShouldRateLimit: %v %v", r, err)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return 10s after cancel")
+	}
+	if !strings.Contains(logs.String(), "holdfast serve stopped") {
+		t.Errorf("logs:\n%s", logs)
+	}
 }

@@ -162,6 +162,8 @@ func (s *rlsService) decide(ctx context.Context, domain string, items []rls.Item
 		l := it.Limit
 		switch {
 		case l == nil || l.Unlimited:
+		case it.Cost == 0 && !l.Policy.Valid():
+			// A check of a zero limit: nothing spent, nothing over.
 		case !l.Policy.Valid() || it.Cost > uint64(l.Policy.Limit()):
 			ds[i].blocked = true
 			blocked = blocked || !l.ShadowMode

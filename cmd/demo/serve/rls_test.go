@@ -196,6 +196,7 @@ func TestRLSResponses(t *testing.T) {
 			`OK [OK 3/HOUR r=0 t=3600]` + cl + ` | RateLimit: "shop.client";r=0;t=3600`},
 		{"a zero limit, with another: nothing spent", func() string { return ask("shop", 0, desc("client", "erin"), desc("blocked", "x")) },
 			`OVER_LIMIT [OK 3/HOUR r=2 t=1200] [OVER_LIMIT 0/MINUTE r=0 t=60]` + cl + ` | RateLimit: "shop.client";r=2;t=1200 | Retry-After: 60`},
+		{"a check of a zero limit", func() string { return ask("shop", 0, hits(desc("blocked", "x"), 0)) }, `OK [OK 0/MINUTE r=0 t=60]`},
 		{"erin untouched", func() string { return ask("shop", 0, desc("client", "erin")) },
 			`OK [OK 3/HOUR r=2 t=1200]` + cl + ` | RateLimit: "shop.client";r=2;t=1200`},
 		{"a cost above the limit", func() string { return ask("shop", 5, desc("client", "frank")) },

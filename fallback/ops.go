@@ -2,6 +2,7 @@ package fallback
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -275,6 +276,9 @@ type charge struct {
 // has admitted; AllowAll calls of one Limiter take their local decisions
 // one at a time, so two of them never both spend the last of a share.
 // Each Result is what its policy alone answered (see core.Limiter.AllowAll).
+// When every request goes to one cell whose breaker is closed and the store
+// pipelines, they are charged in one round trip, and refunded in a second
+// when one denies (allowAllPipelined).
 // A refund that Redis does not take leaves that charge spent (an
 // under-admission, never more admitted).
 func (l *Limiter) AllowAll(ctx context.Context, reqs ...core.Request) ([]core.Result, error) {
@@ -286,6 +290,9 @@ func (l *Limiter) AllowAll(ctx context.Context, reqs ...core.Request) ([]core.Re
 	}
 	if err := l.usable(); err != nil {
 		return nil, err
+	}
+	if rs, ok, err := l.allowAllPipelined(ctx, reqs); ok {
+		return rs, err
 	}
 	rs := make([]core.Result, len(reqs))
 	ch := make([]charge, len(reqs))
@@ -344,6 +351,107 @@ func (l *Limiter) AllowAll(ctx context.Context, reqs ...core.Request) ([]core.Re
 	return rs, nil
 }
 
+// allowAllPipelined is AllowAll in one round trip: when every request goes
+// to one cell whose breaker is closed, over a store that pipelines
+// (core.Pipeliner), and no request repeats a remembered denial, it charges
+// them all at once and refunds the admitted ones if any denied (in a
+// second round trip). Each Result is then its request's own decision. ok
+// is false when it does not apply, or when a call failed in the store:
+// what it admitted is refunded and the ordered path decides.
+func (l *Limiter) allowAllPipelined(ctx context.Context, reqs []core.Request) ([]core.Result, bool, error) {
+	c := l.cellOf(reqs[0].Policy, reqs[0].Key)
+	for _, q := range reqs[1:] {
+		if l.cellOf(q.Policy, q.Key) != c {
+			return nil, false, nil
+		}
+	}
+	pl, isPipe := c.store.(core.Pipeliner)
+	if !isPipe {
+		return nil, false, nil
+	}
+	gen, closed := c.breaker.Allow()
+	if !closed {
+		return nil, false, nil
+	}
+	if !c.o.NoDenialMemory {
+		for _, q := range reqs {
+			if _, denied := c.recalled(q.Policy, q.Key, q.Units()); denied {
+				return nil, false, nil // the ordered path answers it from memory
+			}
+		}
+	}
+	n := len(reqs)
+	ch := make([]charge, n)
+	calls := make([]core.Call, n)
+	skeys := make([]string, n)
+	timeout := c.breaker.CallTimeout()
+	start := c.o.Clock()
+	var deadline string
+	if c.offsetKnown.Load() {
+		deadline = core.DeadlineArg(start.UnixMicro() + timeout.Microseconds() + c.offset.Load())
+	}
+	for i, q := range reqs {
+		alg := q.Policy.Algorithm()
+		ch[i].cell = c
+		if alg.NeedsID() {
+			ch[i].id = c.o.NewID()
+		}
+		args := alg.Args(q.Policy, q.Units(), ch[i].id, 0)
+		if deadline != "" {
+			args = append(args, deadline)
+		}
+		skeys[i] = core.StorageKey(c.o.Prefix, q.Policy.Name(), q.Key)
+		calls[i] = core.Call{Script: alg.Script(), Keys: []string{skeys[i]}, Args: args}
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	res := pl.RunMany(cctx, calls)
+	took := c.o.Clock().Sub(start)
+	cancel()
+	rs := make([]core.Result, n)
+	var storeErr, reqErr error
+	denied := false
+	for i, r := range res {
+		err := r.Err
+		if err == nil {
+			var rep core.Reply
+			if rep, err = core.ParseReply(r.Reply); err == nil {
+				c.observe(skeys[i], reqs[i].Policy, reqs[i].Units(), start, rep)
+				rs[i] = core.ResultOf(reqs[i].Policy.Limit(), rep, c.sharedMode, false)
+				ch[i].rep, ch[i].remote = rep, rep.Allowed
+				denied = denied || !rep.Allowed
+				continue
+			}
+		}
+		if core.ClassOf(err) == core.ClassRequest {
+			reqErr = err
+		} else {
+			storeErr = err
+		}
+	}
+	switch {
+	case ctx.Err() != nil:
+		// The caller gave up: not the store's fault.
+	case storeErr != nil:
+		c.storeFailed(gen, storeErr, took)
+	default:
+		c.breaker.Done(gen, nil, took)
+	}
+	if storeErr != nil || reqErr != nil || ctx.Err() != nil {
+		l.refund(ctx, reqs, ch)
+		switch {
+		case ctx.Err() != nil:
+			return nil, true, ctx.Err()
+		case reqErr != nil:
+			return nil, true, reqErr
+		}
+		return nil, false, nil
+	}
+	if denied {
+		l.refund(ctx, reqs, ch)
+	}
+	return rs, true, nil
+}
+
 // chargeRemote decides one request of AllowAll through Redis when its
 // breaker is closed: remote is false when Redis did not decide (the breaker
 // is not closed, or the call failed) and the request goes to the local
@@ -369,23 +477,49 @@ func (l *cell) chargeRemote(ctx context.Context, p core.Policy, key string, cost
 }
 
 // refund gives back the Redis charges among the first requests
-// (ch[i].remote). A refund Redis does not take
-// leaves its charge spent (an under-admission); the breaker counts its
-// failure and Status shows it.
+// (ch[i].remote), in one round trip when they are all of one cell over a
+// store that pipelines. A refund Redis does not take leaves its charge
+// spent (an under-admission); the breaker counts its failure and Status
+// shows it.
 func (l *Limiter) refund(ctx context.Context, reqs []core.Request, ch []charge) {
+	var calls []core.Call
+	var cells []*cell
 	for i, q := range reqs {
 		if !ch[i].remote {
 			continue
 		}
 		c := ch[i].cell
-		call := q.Policy.Algorithm().(core.Refunder).RefundCall(q.Policy, core.StorageKey(l.o.Prefix, q.Policy.Name(), q.Key), q.Units(), ch[i].id, ch[i].rep)
+		calls = append(calls, q.Policy.Algorithm().(core.Refunder).RefundCall(q.Policy, core.StorageKey(l.o.Prefix, q.Policy.Name(), q.Key), q.Units(), ch[i].id, ch[i].rep))
+		cells = append(cells, c)
+		ch[i].remote = false
+	}
+	if len(calls) == 0 {
+		return
+	}
+	if pl, ok := cells[0].store.(core.Pipeliner); ok && len(calls) > 1 && !slices.ContainsFunc(cells, func(c *cell) bool { return c != cells[0] }) {
+		c := cells[0]
 		gen, closed := c.breaker.Allow()
 		if !closed {
-			continue
+			return
 		}
-		if _, err := c.call(ctx, gen, call.Script, call.Keys, call.Args); err != nil {
-			continue
+		start := c.o.Clock()
+		cctx, cancel := context.WithTimeout(ctx, c.breaker.CallTimeout())
+		res := pl.RunMany(cctx, calls)
+		took := c.o.Clock().Sub(start)
+		cancel()
+		for _, r := range res {
+			if r.Err != nil && core.ClassOf(r.Err) != core.ClassRequest && ctx.Err() == nil {
+				c.storeFailed(gen, r.Err, took)
+				return
+			}
 		}
-		ch[i].remote = false
+		c.breaker.Done(gen, nil, took)
+		return
+	}
+	for i, call := range calls {
+		c := cells[i]
+		if gen, closed := c.breaker.Allow(); closed {
+			_, _ = c.call(ctx, gen, call.Script, call.Keys, call.Args)
+		}
 	}
 }

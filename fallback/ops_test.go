@@ -3,6 +3,7 @@ package fallback_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync/atomic"
@@ -18,24 +19,62 @@ import (
 )
 
 // gate is a store that can be cut: while down every call fails as a lost
-// connection does.
+// connection does. count, when set, sees every reply.
 type gate struct {
 	core.Store
-	down atomic.Bool
+	down  atomic.Bool
+	count func(sc *core.Script, keys []string, reply []int64)
 }
 
 func (g *gate) Run(ctx context.Context, s *core.Script, keys, args []string) ([]int64, error) {
 	if g.down.Load() {
 		return nil, core.Errorf(core.ErrStoreUnavailable, "gate: cut")
 	}
-	return g.Store.Run(ctx, s, keys, args)
+	r, err := g.Store.Run(ctx, s, keys, args)
+	if err == nil && g.count != nil {
+		g.count(s, keys, r)
+	}
+	return r, err
+}
+
+// pipeGate is a gate over a store that pipelines (core.Pipeliner), which
+// it passes on: AllowAll then charges in one round trip.
+type pipeGate struct{ *gate }
+
+func (g pipeGate) RunMany(ctx context.Context, calls []core.Call) []core.CallResult {
+	res := make([]core.CallResult, len(calls))
+	if g.down.Load() {
+		for i := range res {
+			res[i].Err = core.Errorf(core.ErrStoreUnavailable, "gate: cut")
+		}
+		return res
+	}
+	res = g.Store.(core.Pipeliner).RunMany(ctx, calls)
+	for i, r := range res {
+		if r.Err == nil && g.count != nil {
+			g.count(calls[i].Script, calls[i].Keys, r.Reply)
+		}
+	}
+	return res
+}
+
+// gated is g as a store: pipelining or not.
+func gated(g *gate, pipelined bool) core.Store {
+	if pipelined {
+		return pipeGate{g}
+	}
+	return g
 }
 
 func newGated(t *testing.T, backend string, srv *redistest.Server, down bool) (*fallback.Limiter, *gate) {
+	return newGatedPipe(t, backend, srv, down, false)
+}
+
+func newGatedPipe(t *testing.T, backend string, srv *redistest.Server, down, pipelined bool) (*fallback.Limiter, *gate) {
 	t.Helper()
 	g := &gate{Store: newStore(t, backend, srv.URL())}
 	g.down.Store(down)
-	l, err := fallback.New(g, fallback.Options{
+	l, err := fallback.New(gated(g, pipelined), fallback.Options{
 		ID:      "ops-" + backend,
 		Breaker: fallback.BreakerOptions{CallTimeout: callTimeout, ProbeInterval: 20 * time.Millisecond},
 		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -57,13 +96,15 @@ func TestOps(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	for _, backend := range []string{"goredis", "rueidis"} {
-		t.Run(backend+"/redis", func(t *testing.T) {
-			l, _ := newGated(t, backend, srv, false)
-			storetest.RunOps(t, l)
-			if st := l.Status(); st.Breaker != "closed" || st.PendingLog != 0 {
-				t.Fatalf("status after the ops: %+v", st)
-			}
-		})
+		for _, pipelined := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/redis/pipelined=%v", backend, pipelined), func(t *testing.T) {
+				l, _ := newGatedPipe(t, backend, srv, false, pipelined)
+				storetest.RunOps(t, l)
+				if st := l.Status(); st.Breaker != "closed" || st.PendingLog != 0 {
+					t.Fatalf("status after the ops: %+v", st)
+				}
+			})
+		}
 		t.Run(backend+"/outage", func(t *testing.T) {
 			l, _ := newGated(t, backend, srv, true)
 			storetest.RunOps(t, l)

@@ -83,15 +83,13 @@ type ClientOptions struct {
 //
 // The client never retries (DisableRetry), has client-side caching off, and
 // has short deadlines, so a call with a 50 ms deadline returns within about
-// 50 ms even when Redis is down or black-holed. Its shared connection always
-// pipelines (AlwaysPipelining): it has a reader goroutine that sees a server
-// close it, so after a Redis restart the first call already uses a new
-// connection instead of failing on the dead one. A call not marked for that
-// pipeline goes on a pooled connection of its own (DisableAutoPipelining):
-// a Store marks every call but a lone Run call, which so runs on its
-// caller's goroutine (see Store); pooled connections idle for up to a second
-// are closed. Each new connection must answer a PING before rueidis gets it
-// (see probing).
+// 50 ms even when Redis is down or black-holed. It always pipelines
+// (AlwaysPipelining): every connection then has a reader goroutine that sees
+// a server close it, so after a Redis restart the first call already uses a
+// new connection instead of failing on the dead one. Each new connection must
+// answer a PING before rueidis gets it (see probing). Beside it, the client
+// holds a second one, unpipelined, for the Run calls a Store makes while no
+// other is in flight (see Store); Close closes both.
 //
 // A single-node client does not need Redis up to be created: rueidis dials at
 // once, but NewClient ignores that first failure (bounded by DialTimeout)
@@ -120,19 +118,36 @@ func NewClient(rawURL string, o ClientOptions) (rueidis.Client, error) {
 	if o.PipelineMultiplex == 0 {
 		co.PipelineMultiplex = -1 // rueidis: one connection
 	}
-	// A call goes on a pooled connection of its own unless it is marked
-	// for the pipeline (ToPipe): the Store marks every call but a lone
-	// Run. Idle pooled connections are closed every second, so that few
-	// outlive a Redis restart unnoticed (they have no reader goroutine
-	// to see it).
-	co.DisableAutoPipelining = true
-	co.BlockingPoolCleanup = lonePoolCleanup
-	co.DialCtxFn = probing(co.DialCtxFn) // keeps unix:// dialing
+	dial := co.DialCtxFn                // keeps unix:// dialing
+	co.DialCtxFn = probing(dial, false) // see probing
 	co.DisableRetry = true
 	co.DisableCache = true
 	co.ClientSetInfo = rueidis.DisableClientSetInfo
 	single := len(co.InitAddress) == 1 && !o.Cluster
 	co.ForceSingleClient = single
+	c, err := newClient(co, single)
+	if err != nil {
+		return nil, err
+	}
+	// The lone calls' client: a pooled connection per call in flight,
+	// each checked before use after an idle spell (checkedConn); idle
+	// ones are closed every second.
+	lo := co
+	lo.AlwaysPipelining = false
+	lo.DisableAutoPipelining = true
+	lo.BlockingPoolCleanup = lonePoolCleanup
+	lo.DialCtxFn = probing(dial, true)
+	lone, err := newClient(lo, single)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return &client{Client: c, lone: lone}, nil
+}
+
+// newClient is rueidis.NewClient. A single-node client is returned even
+// when its first dial failed: rueidis redials on use.
+func newClient(co rueidis.ClientOption, single bool) (rueidis.Client, error) {
 	c, err := rueidis.NewClient(co)
 	if err != nil && c != nil && single {
 		// ForceSingleClient returns a working client along with the
@@ -143,6 +158,20 @@ func NewClient(rawURL string, o ClientOptions) (rueidis.Client, error) {
 		return nil, fmt.Errorf("rueidis: connect %v: %w", co.InitAddress, err)
 	}
 	return c, nil
+}
+
+// client is the rueidis.Client NewClient returns: the shared, pipelined
+// client, which serves every call made on it, and beside it the client of
+// a Store's lone Run calls (see Store).
+type client struct {
+	rueidis.Client
+	lone rueidis.Client
+}
+
+// Close closes both clients.
+func (c *client) Close() {
+	c.Client.Close()
+	c.lone.Close()
 }
 
 // pick returns the first positive duration.

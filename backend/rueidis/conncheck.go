@@ -25,6 +25,7 @@ const idleCheck = time.Millisecond
 // pipelined connection's reader) is not checked: its reader sees a close.
 type checkedConn struct {
 	net.Conn
+	raw     net.Conn // the socket under Conn, which is checked
 	mu      sync.Mutex
 	reading bool
 	last    time.Time
@@ -46,7 +47,7 @@ func (c *checkedConn) Write(p []byte) (int, error) {
 	if !c.reading && time.Since(c.last) >= idleCheck {
 		// Holding mu: no read starts meanwhile, and the check's own
 		// non-blocking read does not wait behind one.
-		if err := peerClosed(c.Conn); err != nil {
+		if err := peerClosed(c.raw); err != nil {
 			c.mu.Unlock()
 			return 0, errors.Join(errStale, err)
 		}

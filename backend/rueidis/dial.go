@@ -25,7 +25,10 @@ var errNoAnswer = errors.New("rueidis: server accepted the connection but did no
 // rueidis v1.0.79, pipe.go _newPipe → Close). Against a stalled server that
 // second lands on a request that had a 50 ms deadline. A server that answers
 // the probe is unlikely to stall during the handshake that follows at once.
-func probing(dial dialFunc) dialFunc {
+//
+// With checked, each connection is a checkedConn: the lone calls' pooled
+// connections, which have no reader goroutine.
+func probing(dial dialFunc, checked bool) dialFunc {
 	if dial == nil {
 		dial = dialTCP
 	}
@@ -40,11 +43,8 @@ func probing(dial dialFunc) dialFunc {
 		if err != nil {
 			return nil, err
 		}
-		switch conn.(type) {
-		case *checkedConn, *tls.Conn:
-		default:
-			// Another dialer's connection (a unix socket's).
-			conn = &checkedConn{Conn: conn}
+		if checked {
+			conn = check(conn)
 		}
 		if err := ping(conn, deadline); err != nil {
 			conn.Close()
@@ -54,32 +54,23 @@ func probing(dial dialFunc) dialFunc {
 	}
 }
 
-// dialTCP is rueidis's own dialer: TCP, with TLS when configured, over a
-// checkedConn.
+// dialTCP is rueidis's own dialer: TCP, with TLS when configured.
 func dialTCP(ctx context.Context, dst string, d *net.Dialer, tlsCfg *tls.Config) (net.Conn, error) {
-	raw, err := d.DialContext(ctx, "tcp", dst)
-	if err != nil {
-		return nil, err
+	if tlsCfg != nil {
+		return (&tls.Dialer{NetDialer: d, Config: tlsCfg}).DialContext(ctx, "tcp", dst)
 	}
-	conn := &checkedConn{Conn: raw}
-	if tlsCfg == nil {
-		return conn, nil
+	return d.DialContext(ctx, "tcp", dst)
+}
+
+// check returns conn as a checkedConn. A TLS connection is checked on the
+// connection under it: a server's close or reset shows there as on a
+// plain connection, and a peek disturbs nothing.
+func check(conn net.Conn) net.Conn {
+	raw := conn
+	if tc, ok := conn.(*tls.Conn); ok {
+		raw = tc.NetConn()
 	}
-	if tlsCfg.ServerName == "" {
-		// As tls.Dialer does: the server name is the address's host.
-		host, _, err := net.SplitHostPort(dst)
-		if err != nil {
-			host = dst
-		}
-		tlsCfg = tlsCfg.Clone()
-		tlsCfg.ServerName = host
-	}
-	tc := tls.Client(conn, tlsCfg)
-	if err := tc.HandshakeContext(ctx); err != nil {
-		raw.Close()
-		return nil, err
-	}
-	return tc, nil
+	return &checkedConn{Conn: conn, raw: raw}
 }
 
 // ping sends an inline PING and reads one reply line. Any status or error

@@ -17,9 +17,13 @@ import (
 // with 1000-call DoMulti chunks, 4 at a time, Run calls made during a 100k batch had
 // a 99th percentile near 20 ms (40 ms on a busy machine), most of a
 // limiter's deadline. 500 calls in flight keep it near 2 ms and come within
-// about 10% of their throughput. It is a variable so that the benchmarks
-// can compare others.
-var sizing = pipeline.Sizing{Chunk: 250, Workers: 2}
+// about 10% of their throughput. MaxArgs bounds a chunk's work as well:
+// a reconcile's multi-batch calls carry up to 16 batches each (about six
+// at 100k keys), and 250 of them would be about 22 ms of Redis time, where
+// 4000 keys and arguments are about 280 replayed batches, 4 ms (the replay
+// of 100k keys took as long either way). It is a variable so that the benchmarks can compare
+// others.
+var sizing = pipeline.Sizing{Chunk: 250, Workers: 2, MaxArgs: 4000}
 
 // RunMany runs calls in DoMulti batches of EVALSHA commands and returns their
 // outcomes in the order of calls, each mapped as Run maps it. For a Redis
@@ -40,7 +44,7 @@ func (s *Store) exec(ctx context.Context, calls []core.Call, idx []int, out []co
 	cmds := make(rueidis.Commands, len(idx))
 	for j, i := range idx {
 		c := calls[i]
-		cmds[j] = s.c.B().Evalsha().Sha1(c.Script.SHA1()).Numkeys(int64(len(c.Keys))).Key(c.Keys...).Arg(c.Args...).Build().ToPipe()
+		cmds[j] = s.c.B().Evalsha().Sha1(c.Script.SHA1()).Numkeys(int64(len(c.Keys))).Key(c.Keys...).Arg(c.Args...).Build()
 	}
 	res := s.c.DoMulti(ctx, cmds...) // recycles cmds
 	for j, i := range idx {
@@ -62,7 +66,7 @@ func (s *Store) load(ctx context.Context, sc *core.Script) error {
 	)
 	for _, n := range s.c.Nodes() {
 		wg.Go(func() {
-			err := n.Do(ctx, n.B().ScriptLoad().Script(sc.Source()).Build().ToPipe()).Error()
+			err := n.Do(ctx, n.B().ScriptLoad().Script(sc.Source()).Build()).Error()
 			mu.Lock()
 			if err != nil && first == nil {
 				first = err

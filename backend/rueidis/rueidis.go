@@ -24,12 +24,13 @@ import (
 // connection of its own; a call made while others are in flight goes on the
 // client's shared, automatically pipelined connection, with them. A lone
 // caller so waits for its round trip only, not for the hand-offs to and
-// from the pipeline's writer and reader goroutines (about 40 µs a decision
-// on 2 busy cores), and concurrent callers keep sharing writes and reads.
-// On another client every call goes as that client sends it.
+// from the pipeline's writer and reader goroutines, and concurrent callers
+// keep sharing writes and reads. On another client every call goes as that
+// client sends it.
 type Store struct {
 	c        rueidis.Client
-	inflight atomic.Int64 // Run calls in flight
+	lone     rueidis.Client // nil unless c is NewClient's
+	inflight atomic.Int64   // Run calls in flight
 }
 
 var (
@@ -45,9 +46,13 @@ var (
 // rueidis retries only read-only or retryable commands). What NewClient adds
 // is short dial and write timeouts, so that a dead Redis fails fast and a
 // connection whose reply is late is dropped (ConnWriteTimeout), and the
-// pooled connections of lone calls (see Store).
+// connections of lone calls (see Store).
 func New(c rueidis.Client) *Store {
-	return &Store{c: c}
+	s := &Store{c: c}
+	if cl, ok := c.(*client); ok {
+		s.lone = cl.lone
+	}
+	return s
 }
 
 // Run runs script sc on keys and args and returns its reply, which must be
@@ -62,26 +67,28 @@ func (s *Store) Run(ctx context.Context, sc *core.Script, keys, args []string) (
 	if ctx == nil {
 		return nil, core.ErrNilContext
 	}
-	// The first call in flight goes on its own (a client built with
-	// DisableAutoPipelining runs it on a pooled connection, on this
-	// goroutine); the others join the pipeline (ToPipe).
-	lone := s.inflight.Add(1) == 1
-	defer s.inflight.Add(-1)
-	build := func(eval bool) rueidis.Completed {
-		var cmd rueidis.Completed
-		if eval {
-			cmd = s.c.B().Eval().Script(sc.Source()).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
-		} else {
-			cmd = s.c.B().Evalsha().Sha1(sc.SHA1()).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+	c := s.c
+	if s.inflight.Add(1) == 1 && s.lone != nil {
+		c = s.lone
+		if _, ok := ctx.Deadline(); !ok {
+			// rueidis runs a call on the caller's goroutine only when
+			// nothing but a deadline can end it: given a context that can
+			// be cancelled but has no deadline, it hands the connection to
+			// a writer and a reader goroutine for good. Such a call is
+			// bounded by ConnWriteTimeout instead, as rueidis bounds a
+			// call without a deadline on that path (which watches only
+			// deadlines, never cancellation).
+			if err := ctx.Err(); err != nil {
+				s.inflight.Add(-1)
+				return nil, classify(sc.Name(), err)
+			}
+			ctx = context.WithoutCancel(ctx)
 		}
-		if !lone {
-			cmd = cmd.ToPipe()
-		}
-		return cmd
 	}
-	res := s.do(ctx, lone, build(false))
+	defer s.inflight.Add(-1)
+	res := s.do(ctx, c, c.B().Evalsha().Sha1(sc.SHA1()).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
 	if rerr, ok := rueidis.IsRedisErr(res.Error()); ok && rerr.IsNoScript() {
-		res = s.do(ctx, lone, build(true))
+		res = s.do(ctx, c, c.B().Eval().Script(sc.Source()).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
 	}
 	return parse(sc.Name(), res)
 }
@@ -90,20 +97,15 @@ func (s *Store) Run(ctx context.Context, sc *core.Script, keys, args []string) (
 // passes over.
 const staleRetries = 3
 
-// do sends cmd. A lone call refused with errStale was not sent (its
-// pooled connection was found closed by the server before the write, and
-// is dropped): it is sent again, on another.
-func (s *Store) do(ctx context.Context, lone bool, cmd rueidis.Completed) rueidis.RedisResult {
-	if !lone {
-		// A pipelined call that meets errStale is not sent again: on a
-		// pipelined connection the error also fails calls written before.
-		return s.c.Do(ctx, cmd)
-	}
+// do sends cmd on c. On the lone calls' client, a call refused with
+// errStale was not sent (its pooled connection was found closed by the
+// server before the write, and is dropped): it is sent again, on another.
+func (s *Store) do(ctx context.Context, c rueidis.Client, cmd rueidis.Completed) rueidis.RedisResult {
 	for attempt := 0; ; attempt++ {
 		// rueidis recycles a command only once it has succeeded, so a
 		// refused one can be sent again.
-		res := s.c.Do(ctx, cmd)
-		if attempt == staleRetries || !errors.Is(res.Error(), errStale) {
+		res := c.Do(ctx, cmd)
+		if c != s.lone || attempt == staleRetries || !errors.Is(res.Error(), errStale) {
 			return res
 		}
 	}
@@ -138,8 +140,7 @@ func (s *Store) Ping(ctx context.Context) error {
 	if ctx == nil {
 		return core.ErrNilContext
 	}
-	// As a lone call: a PING can be sent again over stale connections.
-	if err := s.do(ctx, true, s.c.B().Ping().Build()).Error(); err != nil {
+	if err := s.c.Do(ctx, s.c.B().Ping().Build()).Error(); err != nil {
 		return classify("PING", err)
 	}
 	return nil

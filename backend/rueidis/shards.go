@@ -18,7 +18,7 @@ func (s *Store) Shards(ctx context.Context) ([]core.Shard, error) {
 	if s.c.Mode() != rueidis.ClientModeCluster {
 		return nil, nil
 	}
-	res := s.c.Do(ctx, s.c.B().ClusterSlots().Build().ToPipe())
+	res := s.c.Do(ctx, s.c.B().ClusterSlots().Build())
 	if err := res.Error(); err != nil {
 		return nil, classify("CLUSTER SLOTS", err)
 	}

@@ -56,7 +56,8 @@ import (
 // share) and duration_until_reset (ResetAfter when admitted, RetryAfter
 // when denied). response_headers_to_add carries httplimit's
 // RateLimit-Policy and RateLimit fields, one list member per enforced
-// limit, and Retry-After on OVER_LIMIT, for Envoy to forward.
+// limit, and Retry-After on OVER_LIMIT, for Envoy to forward;
+// x-holdfast-mode goes in request_headers_to_add too, for the upstream.
 
 // ModeHeader is the response header that marks a degraded decision.
 const ModeHeader = "x-holdfast-mode"
@@ -322,7 +323,9 @@ func (s *rlsService) response(domain string, items []rls.Item, ds []decision) *r
 		h("Retry-After", strconv.FormatInt(secs, 10))
 	}
 	if mode != "" {
+		// To the client, and to the upstream: both may log the outage.
 		h(ModeHeader, mode)
+		resp.RequestHeadersToAdd = append(resp.RequestHeadersToAdd, &corev3.HeaderValue{Key: ModeHeader, Value: mode})
 	}
 	return resp
 }

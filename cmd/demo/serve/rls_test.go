@@ -126,6 +126,9 @@ func show(r *rlsv3.RateLimitResponse) string {
 	for _, h := range r.GetResponseHeadersToAdd() {
 		fmt.Fprintf(&b, " | %s: %s", h.GetKey(), h.GetValue())
 	}
+	for _, h := range r.GetRequestHeadersToAdd() {
+		fmt.Fprintf(&b, " | upstream %s: %s", h.GetKey(), h.GetValue())
+	}
 	return b.String()
 }
 
@@ -290,8 +293,8 @@ func TestRLSResponses(t *testing.T) {
 	// Redis gone: still OK or OVER_LIMIT, decided locally, and marked.
 	srv.Kill()
 	for i, want := range []string{
-		`OK [OK 3/HOUR r=2 t=1200]` + cl + ` | RateLimit: "shop.client";r=2;t=1200 | x-holdfast-mode: local`,
-		`OK [OK 3/HOUR r=1 t=2400]` + cl + ` | RateLimit: "shop.client";r=1;t=2400 | x-holdfast-mode: local`,
+		`OK [OK 3/HOUR r=2 t=1200]` + cl + ` | RateLimit: "shop.client";r=2;t=1200 | x-holdfast-mode: local | upstream x-holdfast-mode: local`,
+		`OK [OK 3/HOUR r=1 t=2400]` + cl + ` | RateLimit: "shop.client";r=1;t=2400 | x-holdfast-mode: local | upstream x-holdfast-mode: local`,
 	} {
 		if got := ask("shop", 0, desc("client", "zed")); got != want {
 			t.Errorf("outage request %d:\n got  %s\n want %s", i+1, got, want)

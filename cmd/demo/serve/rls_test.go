@@ -461,3 +461,37 @@ func TestRLSRun(t *testing.T) {
 		t.Errorf("logs:\n%s", logs)
 	}
 }
+
+// TestRLSOnCluster: on a 3-master Redis Cluster a request's descriptors
+// live in different slots, and are still charged all or nothing.
+func TestRLSOnCluster(t *testing.T) {
+	c := redistest.StartCluster(t, 3, 0)
+	a, _ := newApp(t, rlsOptions(t, c.URL(), rlsConfig))
+	waitStatus(t, a.Handler(), 10*time.Second, "3 shards", func(st serve.Status) bool { return len(st.Shards) == 3 })
+	rl := rlsv3.NewRateLimitServiceClient(serveRLS(t, a))
+	var got []string
+	for range 4 {
+		r, err := rl.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "shop",
+			Descriptors: []*rlcommon.RateLimitDescriptor{desc("client", "kim"), desc("client", "kim", "path", "/checkout"), desc("client", "vip")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, strings.SplitN(show(r), " |", 2)[0])
+	}
+	want := []string{
+		"OK [OK 3/HOUR r=2 t=1200] [OK 2/HOUR r=1 t=1800] [OK 10/HOUR r=9 t=360]",
+		"OK [OK 3/HOUR r=1 t=2400] [OK 2/HOUR r=0 t=3600] [OK 10/HOUR r=8 t=720]",
+		// The checkout limit denies: the first is refunded in its shard,
+		// the last only peeked in its (what it would leave: 7).
+		"OVER_LIMIT [OK 3/HOUR r=0 t=3600] [OVER_LIMIT 2/HOUR r=0 t=1800] [OK 10/HOUR r=7 t=1080]",
+		"OVER_LIMIT [OK 3/HOUR r=0 t=3600] [OVER_LIMIT 2/HOUR r=0 t=1800] [OK 10/HOUR r=7 t=1080]",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// Nothing of the denied requests was spent.
+	r, err := rl.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "shop", Descriptors: []*rlcommon.RateLimitDescriptor{desc("client", "kim"), desc("client", "vip")}})
+	if err != nil || !strings.HasPrefix(show(r), "OK [OK 3/HOUR r=0 t=3600] [OK 10/HOUR r=7 t=1080]") {
+		t.Errorf("after the denials: %v %v", show(r), err)
+	}
+}

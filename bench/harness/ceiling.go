@@ -24,9 +24,18 @@ type ceilingResult struct {
 	Requests int
 	Commands map[ceilingCell]string
 	Runs     map[ceilingCell][]float64 // requests per second
-	// HF is holdfast on rueidis (token bucket, G=64) per key set, run right
-	// after redis-benchmark in each repetition.
-	HF map[bool][]float64
+	// HF is holdfast (token bucket, core.Limiter) per backend, G and key
+	// set, run right after redis-benchmark in each repetition.
+	HF map[ceilingHF][]float64
+	// HFImpls and HFGs are the holdfast rows.
+	HFImpls []string
+	HFGs    []int
+}
+
+type ceilingHF struct {
+	Impl string
+	G    int
+	Hot  bool
 }
 
 const ceilingClients = 64
@@ -34,11 +43,13 @@ const ceilingClients = 64
 // ceiling runs section 6: redis-benchmark sends EVALSHA of holdfast's
 // token-bucket script (the same arguments as section 1's token bucket) from
 // 64 clients, unpipelined and 16 deep, to one hot key and to random keys.
-// Each repetition also runs holdfast on rueidis at G=64 right after, so the
-// fraction of the ceiling it reaches is paired run by run.
+// Each repetition also runs holdfast on each backend at G=64 and G=256
+// right after, so the fraction of the ceiling it reaches is paired run by
+// run.
 func (h *harness) ceiling(ctx context.Context) error {
 	res := &ceilingResult{Clients: ceilingClients, Requests: h.cfg.CeilingRequests, Commands: map[ceilingCell]string{},
-		Runs: map[ceilingCell][]float64{}, HF: map[bool][]float64{}}
+		Runs: map[ceilingCell][]float64{}, HF: map[ceilingHF][]float64{},
+		HFImpls: []string{implHFRueidisTB, implHFGoredisTB}, HFGs: []int{64, 256}}
 	h.report.Ceiling = res
 	if err := h.admin.FlushAll(ctx).Err(); err != nil {
 		return err
@@ -52,26 +63,31 @@ func (h *harness) ceiling(ctx context.Context) error {
 		return err
 	}
 	args := tokenbucket.Algorithm.Args(pol, 1, "", 0)
-	hfImpl := limiterImpl{name: implHFRueidisTB, open: coreOn(hiTB, rueidisStore)}
-	hf, closeHF, err := hfImpl.open(ctx, h.srv.URL())
+	impls := []limiterImpl{{name: implHFRueidisTB, open: coreOn(hiTB, rueidisStore)}, {name: implHFGoredisTB, open: coreOn(hiTB, goredisStore)}}
+	deciders, closeAll, err := h.openAll(ctx, impls)
 	if err != nil {
 		return err
 	}
-	defer closeHF()
+	defer closeAll()
 	keys := makeKeys(h.cfg.Keys)
-	for rep := range h.cfg.Reps {
+	for rep := range h.cfg.HeadlineReps {
 		for _, hot := range h.cfg.keysets() {
 			for _, p := range []int{1, 16} {
 				if err := h.runCeiling(ctx, res, ceilingCell{p, hot}, sha, args, rep); err != nil {
 					return err
 				}
 			}
-			st, err := h.measure(ctx, hfImpl, hf, loadSpec{G: 64, Keys: keys, Hot: hot, Seed: uint64(rep)})
-			if err != nil {
-				return err
+			for _, g := range res.HFGs {
+				for i, im := range impls {
+					st, err := h.measure(ctx, im, deciders[i], loadSpec{G: g, Keys: keys, Hot: hot, Seed: uint64(rep), Duration: h.cfg.HeadlineDuration})
+					if err != nil {
+						return err
+					}
+					c := ceilingHF{Impl: im.name, G: g, Hot: hot}
+					res.HF[c] = append(res.HF[c], st.PerSec)
+					h.progress("ceiling %s G=%d %-9s rep %d: %.0f decisions/s", im.name, g, keysetName(hot), rep+1, st.PerSec)
+				}
 			}
-			res.HF[hot] = append(res.HF[hot], st.PerSec)
-			h.progress("ceiling %s G=64 %-9s rep %d: %.0f decisions/s", implHFRueidisTB, keysetName(hot), rep+1, st.PerSec)
 		}
 	}
 	return h.admin.FlushAll(ctx).Err()

@@ -30,10 +30,11 @@ const (
 	SectionReconcile  = "reconcile"  // 4: replaying outage logs
 	SectionMemory     = "memory"     // 5: Redis memory per key
 	SectionCeiling    = "ceiling"    // 6: redis-benchmark EVALSHA of the script
+	SectionRecovery   = "recovery"   // 7: instances back to Redis after a restart
 )
 
 // AllSections lists every section.
-var AllSections = []string{SectionThroughput, SectionDenial, SectionLocal, SectionOutage, SectionReconcile, SectionMemory, SectionCeiling}
+var AllSections = []string{SectionThroughput, SectionDenial, SectionLocal, SectionOutage, SectionReconcile, SectionMemory, SectionCeiling, SectionRecovery}
 
 // Config sets what the harness runs and for how long. Use Default or Quick
 // and change fields.
@@ -48,10 +49,16 @@ type Config struct {
 	// Section 1.
 	Duration time.Duration // one measured run of one cell
 	Warmup   time.Duration // unmeasured, before each run
-	Gs       []int         // concurrent callers
-	Keysets  []string      // "hot", "random" or both
-	Keys     int           // the random key set's size
-	DenialGs []int         // section 1b's callers
+	// HeadlineReps and HeadlineDuration are the runs of the headline
+	// limiters (holdfast's token bucket on each backend and the peers) in
+	// sections 1 and 6: the other limiters of section 1 run in the first
+	// Reps of them, for Duration.
+	HeadlineReps     int
+	HeadlineDuration time.Duration
+	Gs               []int    // concurrent callers
+	Keysets          []string // "hot", "random" or both
+	Keys             int      // the random key set's size
+	DenialGs         []int    // section 1b's callers
 
 	// Section 2.
 	LocalDuration time.Duration
@@ -67,6 +74,8 @@ type Config struct {
 
 	// Section 4.
 	ReconcileSizes []int
+	// ReconcileBigReps is the runs of each size above 100k keys.
+	ReconcileBigReps int
 
 	// Section 5.
 	MemoryKeys int
@@ -74,6 +83,11 @@ type Config struct {
 	// Section 6.
 	CeilingRequests int
 	CeilingRandom   int // -r of redis-benchmark
+
+	// Section 7.
+	RecoveryInstances int // fallback limiters on one Redis
+	RecoveryKeys      int // keys each holds grants of
+	RecoveryReps      int
 
 	// Progress receives one line per run; nil means none.
 	Progress io.Writer
@@ -84,14 +98,16 @@ func Default() Config {
 	return Config{
 		Sections: AllSections, Reps: 3,
 		Duration: time.Second, Warmup: 150 * time.Millisecond,
+		HeadlineReps: 5, HeadlineDuration: 2 * time.Second,
 		Gs: []int{1, 16, 64, 256}, Keysets: []string{"hot", "random"}, Keys: 100_000,
 		DenialGs:      []int{1, 64},
 		LocalDuration: 400 * time.Millisecond, Procs: []int{1, 2},
 		OutageWindow: 5 * time.Second, OutageG: 16, OutagePace: time.Millisecond,
 		CallTimeout: 50 * time.Millisecond, OutageBackends: []string{"rueidis", "go-redis"},
-		ReconcileSizes:  []int{1_000, 10_000, 100_000},
+		ReconcileSizes: []int{1_000, 10_000, 100_000, 1_000_000}, ReconcileBigReps: 1,
 		MemoryKeys:      100_000,
 		CeilingRequests: 200_000, CeilingRandom: 100_000,
+		RecoveryInstances: 4, RecoveryKeys: 25_000, RecoveryReps: 3,
 	}
 }
 
@@ -100,11 +116,13 @@ func Default() Config {
 func Quick() Config {
 	c := Default()
 	c.Duration, c.Warmup = 80*time.Millisecond, 15*time.Millisecond
+	c.HeadlineReps, c.HeadlineDuration = c.Reps, c.Duration
 	c.LocalDuration = 50 * time.Millisecond
 	c.OutageWindow, c.OutageBackends, c.OutageReps = 1500*time.Millisecond, []string{"rueidis"}, 1
 	c.ReconcileSizes = []int{1_000, 10_000}
 	c.MemoryKeys = 10_000
 	c.CeilingRequests = 20_000
+	c.RecoveryKeys, c.RecoveryReps = 2_500, 1
 	return c
 }
 
@@ -137,6 +155,15 @@ func (c *Config) Validate() error {
 		if b != "rueidis" && b != "go-redis" {
 			return fmt.Errorf("harness: unknown outage backend %q (want rueidis, go-redis)", b)
 		}
+	}
+	if c.HeadlineReps < c.Reps {
+		c.HeadlineReps = c.Reps
+	}
+	if c.HeadlineDuration <= 0 {
+		c.HeadlineDuration = c.Duration
+	}
+	if c.ReconcileBigReps < 1 {
+		c.ReconcileBigReps = c.Reps
 	}
 	if c.Reps < 1 || c.Duration <= 0 || c.LocalDuration <= 0 || c.OutageWindow <= 0 || c.CallTimeout <= 0 || c.Keys < 1 || c.OutageG < 1 {
 		return fmt.Errorf("harness: reps, durations, keys and callers must be positive")
@@ -178,7 +205,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}{
 		{SectionThroughput, h.throughput}, {SectionDenial, h.denial}, {SectionLocal, h.local},
 		{SectionOutage, h.outage}, {SectionReconcile, h.reconcile}, {SectionMemory, h.memory},
-		{SectionCeiling, h.ceiling},
+		{SectionCeiling, h.ceiling}, {SectionRecovery, h.recovery},
 	}
 	for _, s := range steps {
 		if !cfg.has(s.name) {

@@ -17,14 +17,16 @@ func TestSmoke(t *testing.T) {
 		t.Skip("starts redis-server and runs every section")
 	}
 	cfg := Default()
-	cfg.Reps = 1
+	cfg.Reps, cfg.HeadlineReps = 1, 2
 	cfg.Duration, cfg.Warmup = 30*time.Millisecond, 5*time.Millisecond
+	cfg.HeadlineDuration = 40 * time.Millisecond
 	cfg.Gs, cfg.Keys, cfg.DenialGs = []int{1, 64}, 1000, []int{4}
 	cfg.LocalDuration = 20 * time.Millisecond
 	cfg.OutageWindow, cfg.OutageBackends = 300*time.Millisecond, []string{"rueidis"}
 	cfg.ReconcileSizes = []int{200}
 	cfg.MemoryKeys = 1000
 	cfg.CeilingRequests = 2000
+	cfg.RecoveryKeys, cfg.RecoveryReps = 200, 1
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	rep, err := Run(ctx, cfg)
@@ -34,7 +36,7 @@ func TestSmoke(t *testing.T) {
 	md := rep.Markdown()
 	for _, want := range []string{
 		"## Targets", "## 1. Decisions per second", "## 1b.", "## 2. The local path", "## 3. Decision latency",
-		"## 4. Reconciliation", "## 5. Redis memory", "## 6. The Redis ceiling", implHFRueidisTB, implRedisRate, implUlule,
+		"## 4. Reconciliation", "## 5. Redis memory", "## 6. The Redis ceiling", "## 7. Recovery end to end", "the best peer", implHFRueidisTB, implRedisRate, implUlule,
 		implHFRueidisSC, implHFGoredisSC, memSC, "| " + slidingcounter.Name + " |",
 		implLocalXRate, implLocalGoLim, memTB, "EVALSHA",
 	} {
@@ -79,6 +81,18 @@ func TestSmoke(t *testing.T) {
 	for c, runs := range rep.Ceiling.Runs {
 		if len(runs) == 0 || runs[0] <= 0 {
 			t.Errorf("ceiling %v: %v", c, runs)
+		}
+	}
+	for b, runs := range rep.Recovery.Runs {
+		for _, s := range runs {
+			if s.Back <= 0 || s.Grants == 0 || s.Decisions == 0 {
+				t.Errorf("recovery %s: %+v", b, s)
+			}
+		}
+	}
+	for c, runs := range rep.Throughput.Runs {
+		if want := map[bool]int{true: 2, false: 1}[headline(c.Impl)]; len(runs) != want {
+			t.Errorf("%s G=%d: %d runs, want %d", c.Impl, c.G, len(runs), want)
 		}
 	}
 	if len(rep.Verdicts()) == 0 {

@@ -83,7 +83,11 @@ func (h *harness) reconcile(ctx context.Context) error {
 	}
 	for _, alg := range res.Algs {
 		for _, n := range res.Sizes {
-			for rep := range h.cfg.Reps {
+			reps := h.cfg.Reps
+			if n > 100_000 {
+				reps = h.cfg.ReconcileBigReps
+			}
+			for rep := range reps {
 				for _, b := range res.Backends {
 					// Every run replays into an empty Redis, as after a
 					// restart: without the flush a backend would replay onto

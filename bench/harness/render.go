@@ -2,6 +2,7 @@ package harness
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -27,6 +28,7 @@ type Report struct {
 	Reconcile  *reconcileResult
 	Memory     *memoryResult
 	Ceiling    *ceilingResult
+	Recovery   *recoveryResult
 }
 
 // md builds markdown.
@@ -68,6 +70,7 @@ func (r *Report) Markdown() string {
 	r.reconcileMD(&b)
 	r.memoryMD(&b)
 	r.ceilingMD(&b)
+	r.recoveryMD(&b)
 	return b.String()
 }
 
@@ -161,16 +164,19 @@ func (r *Report) throughputMD(b *md) {
 	}
 	b.line("## 1. Decisions per second through Redis")
 	b.line("")
-	b.line("G callers in a closed loop, each deciding as soon as its last decision returned, for %v per run", r.Config.Duration)
-	b.line("(after a %v unmeasured warm-up). Every decision admits (token bucket: capacity %d, %d/s;", r.Config.Warmup, hiLimit, hiPerSec)
+	b.line("G callers in a closed loop, each deciding as soon as its last decision returned. The headline rows (holdfast's")
+	b.line("token bucket on each backend, redis_rate, ulule) run %d times for %v each, the others the first %d of those", r.Config.HeadlineReps, r.Config.HeadlineDuration, r.Config.Reps)
+	b.line("repetitions for %v (each after a %v unmeasured warm-up). Every decision admits (token bucket: capacity %d, %d/s;", r.Config.Duration, r.Config.Warmup, hiLimit, hiPerSec)
 	b.line("sliding window (sw) and sliding window counter (sc): %d per 1 s; redis_rate: %d/s burst %d; ulule: %d per", hiLimit, hiPerSec, hiLimit, hiLimit)
 	b.line("1 s), so every limiter runs its full write path. holdfast rows use `core.Limiter` over the backend; \"fallback\" is the whole outage-proof")
 	b.line("stack (`fallback.Limiter`: breaker, 50 ms call deadline, known-state bookkeeping). go-redis clients have")
 	b.line("go-redis's default pool (10 per GOMAXPROCS = 20 connections): holdfast's via `goredis.NewClient`, the")
-	b.line("peers' via `redis.NewClient` as their users build it. Ratios are to redis_rate, paired run by run.")
+	b.line("peers' via `redis.NewClient` as their users build it. Ratios are to the best peer of the same repetition")
+	b.line("(the faster of redis_rate and ulule in that repetition), paired run by run; the detail table also gives the")
+	b.line("ratio to redis_rate.")
 	b.line("")
 	for _, hot := range r.Config.keysets() {
-		b.line("### %s: decisions/s, median (ratio to redis_rate)", keysetName(hot))
+		b.line("### %s: decisions/s, median (ratio to the best peer, median and min–max)", keysetName(hot))
 		b.line("")
 		header := []string{"limiter"}
 		for _, g := range t.Gs {
@@ -186,8 +192,8 @@ func (r *Report) throughputMD(b *md) {
 				if anyDegraded(runs) {
 					cellText += "†"
 				}
-				if base, ok := t.Runs[cell{Impl: implRedisRate, G: g, Hot: hot}]; ok && im != implRedisRate {
-					cellText += fmt.Sprintf(" (%s)", ratioF(pairedRatio(pick(runs, perSec), pick(base, perSec)).Median))
+				if best := bestPeer(t.Runs, g, hot); len(best) > 0 && !slices.Contains(peers, im) {
+					cellText += fmt.Sprintf(" (%s)", fmtSpread(pairedRatio(pick(runs, perSec), best), ratioF))
 				}
 				row = append(row, cellText)
 			}
@@ -206,15 +212,18 @@ func (r *Report) throughputMD(b *md) {
 	b.line("cores, Redis CPU + client CPU per decision is what bounds decisions/s. Errors and degraded (decided locally)")
 	b.line("count decisions.")
 	b.line("")
-	header := []string{"limiter", "keys", "G", "decisions/s", "ratio to redis_rate", "p50", "p99", "Redis CPU/decision", "script", "client CPU/decision", "errors", "degraded"}
+	header := []string{"limiter", "keys", "G", "decisions/s", "ratio to best peer", "ratio to redis_rate", "p50", "p99", "Redis CPU/decision", "script", "client CPU/decision", "errors", "degraded"}
 	var rows [][]string
 	for _, hot := range r.Config.keysets() {
 		for _, im := range t.Impls {
 			for _, g := range t.Gs {
 				runs := t.Runs[cell{Impl: im, G: g, Hot: hot}]
-				ratio := "–"
+				ratio, toBest := "–", "–"
 				if base, ok := t.Runs[cell{Impl: implRedisRate, G: g, Hot: hot}]; ok && im != implRedisRate {
 					ratio = fmtSpread(pairedRatio(pick(runs, perSec), pick(base, perSec)), ratioF)
+				}
+				if best := bestPeer(t.Runs, g, hot); len(best) > 0 && !slices.Contains(peers, im) {
+					toBest = fmtSpread(pairedRatio(pick(runs, perSec), best), ratioF)
 				}
 				var errs, deg int64
 				for _, s := range runs {
@@ -223,7 +232,7 @@ func (r *Report) throughputMD(b *md) {
 				}
 				rows = append(rows, []string{
 					im, keysetName(hot), fmt.Sprint(g),
-					fmtSpread(stats.Summarize(pick(runs, perSec)), fmtRate), ratio,
+					fmtSpread(stats.Summarize(pick(runs, perSec)), fmtRate), toBest, ratio,
 					fmtSpread(stats.Summarize(pick(runs, p50)), durF),
 					fmtSpread(stats.Summarize(pick(runs, p99)), durF),
 					fmt.Sprintf("%.1fµs", stats.Summarize(pick(runs, func(s runStat) float64 { return s.RedisUsPerOp })).Median),
@@ -387,15 +396,17 @@ func (r *Report) reconcileMD(b *md) {
 	b.line("")
 	b.line("An outage log of N keys, one batch of %d grants per key, replayed by `reconcile.New(reconcile.Options{}).Reconcile`", rc.Grants)
 	b.line("into an empty Redis (FLUSHALL before every run, as after a restart) through each backend's store (pipelined")
-	b.line("`RunMany`). Only the replay is timed; batches that fail (a pipeline past the client's 50 ms read deadline: unknown")
+	b.line("`RunMany`; batches of one hash slot go up to 16 to a script call). Sizes up to 100k keys run %d times, larger ones %d.", r.Config.Reps, r.Config.ReconcileBigReps)
+	b.line("Only the replay is timed; batches that fail (a pipeline past the client's 50 ms read deadline: unknown")
 	b.line("outcome) are sent again with the same IDs, as the fallback layer does, and the time includes that. \"failed\"")
 	b.line("counts first-attempt failures over all runs; \"Redis CPU/key\" is Redis's user+sys CPU time (INFO cpu) during the")
-	b.line("replay per key: the floor on replay time on one core. `go test -run x -bench BenchmarkReconcile ./reconcile` runs")
+	b.line("replay per key: the floor on replay time on one core; \"Redis busy\" is that CPU time over the replay's wall time (near")
+	b.line("100%%: Redis, not the client, is the limit). `go test -run x -bench BenchmarkReconcile ./reconcile` runs")
 	b.line("the same workload (its redis-µs/key is this Redis CPU/key).")
 	b.line("")
 	header := []string{"algorithm", "keys"}
 	for _, bk := range rc.Backends {
-		header = append(header, bk, bk+" keys/s", bk+" Redis CPU/key", bk+" failed")
+		header = append(header, bk, bk+" keys/s", bk+" Redis CPU/key", bk+" Redis busy", bk+" failed")
 	}
 	var rows [][]string
 	for _, alg := range rc.Algs {
@@ -405,8 +416,9 @@ func (r *Report) reconcileMD(b *md) {
 				runs := rc.Runs[reconcileCell{Backend: bk, Alg: alg, Keys: n}]
 				s := stats.Summarize(pick(runs, func(d time.Duration) float64 { return float64(d) }))
 				c := reconcileCell{Backend: bk, Alg: alg, Keys: n}
+				cpu := stats.Summarize(rc.RedisUsPerKey[c]).Median
 				row = append(row, fmtSpread(s, durF), fmtRate(float64(n)/time.Duration(s.Median).Seconds()),
-					fmt.Sprintf("%.1fµs", stats.Summarize(rc.RedisUsPerKey[c]).Median), fmt.Sprint(rc.Failed[c]))
+					fmt.Sprintf("%.1fµs", cpu), fmt.Sprintf("%.0f%%", 100*cpu*float64(n)/(s.Median/1e3)), fmt.Sprint(rc.Failed[c]))
 			}
 			rows = append(rows, row)
 		}
@@ -455,17 +467,28 @@ func (r *Report) ceilingMD(b *md) {
 	b.line("")
 	b.line("`redis-benchmark` sending EVALSHA of holdfast's token-bucket script (loaded with SCRIPT LOAD; the arguments of")
 	b.line("section 1's token bucket), %d clients, %d requests per pipelined run and half that unpipelined; random keys", c.Clients, c.Requests)
-	b.line("via `__rand_int__` inside the hash tag. In each repetition holdfast on rueidis (token bucket, `core.Limiter`,")
-	b.line("G=64, same key set, %v) runs right after, and its fraction of the ceiling is paired run by run.", r.Config.Duration)
+	b.line("via `__rand_int__` inside the hash tag. In each of %d repetitions holdfast's token bucket (`core.Limiter`) on each", r.Config.HeadlineReps)
+	b.line("backend, at G=64 and G=256 on the same key set for %v, runs right after, and its fraction of the ceiling is", r.Config.HeadlineDuration)
+	b.line("paired run by run: median (min–max).")
 	b.line("")
-	header := []string{"keys", "redis-benchmark -P 1", "redis-benchmark -P 16", "holdfast rueidis G=64", "holdfast / -P 1", "holdfast / -P 16"}
+	header := []string{"keys", "redis-benchmark -P 1", "redis-benchmark -P 16"}
+	for _, im := range c.HFImpls {
+		for _, g := range c.HFGs {
+			header = append(header, fmt.Sprintf("%s G=%d", im, g), "/ -P 16")
+		}
+	}
 	var rows [][]string
 	for _, hot := range r.Config.keysets() {
-		p1, p16, hf := c.Runs[ceilingCell{1, hot}], c.Runs[ceilingCell{16, hot}], c.HF[hot]
+		p1, p16 := c.Runs[ceilingCell{1, hot}], c.Runs[ceilingCell{16, hot}]
 		pct := func(v float64) string { return fmt.Sprintf("%.0f%%", 100*v) }
-		rows = append(rows, []string{keysetName(hot),
-			fmtSpread(stats.Summarize(p1), fmtRate), fmtSpread(stats.Summarize(p16), fmtRate), fmtSpread(stats.Summarize(hf), fmtRate),
-			fmtSpread(pairedRatio(hf, p1), pct), fmtSpread(pairedRatio(hf, p16), pct)})
+		row := []string{keysetName(hot), fmtSpread(stats.Summarize(p1), fmtRate), fmtSpread(stats.Summarize(p16), fmtRate)}
+		for _, im := range c.HFImpls {
+			for _, g := range c.HFGs {
+				hf := c.HF[ceilingHF{im, g, hot}]
+				row = append(row, fmtSpread(stats.Summarize(hf), fmtRate), fmtSpread(pairedRatio(hf, p16), pct))
+			}
+		}
+		rows = append(rows, row)
 	}
 	b.table(header, rows)
 	b.line("Commands (one repetition):")
@@ -476,4 +499,45 @@ func (r *Report) ceilingMD(b *md) {
 		}
 	}
 	b.line("")
+}
+
+func (r *Report) recoveryMD(b *md) {
+	rc := r.Recovery
+	if rc == nil || len(rc.Runs) == 0 {
+		return
+	}
+	b.line("## 7. Recovery end to end")
+	b.line("")
+	b.line("%d `fallback.Limiter` instances (one client each, `ExpectedInstances: %d`, the default breaker: probe every 1 s,", rc.Instances, rc.Instances)
+	b.line("call deadline %v) on one redis-server. Redis is killed; each instance's breaker opens and it admits %d", r.Config.CallTimeout, rc.Grants)
+	b.line("requests locally on each of %d keys of its own (%d keys in all). Redis is restarted empty, and \"all closed\"", rc.Keys, rc.Instances*rc.Keys)
+	b.line("is the time from Redis answering again to every instance's breaker closed: the probe's wait, the replay of the")
+	b.line("outage logs, the recovery barrier (which holds each instance until the others can have probed: about two probe")
+	b.line("intervals) and a jitter. \"longest replay\" is the longest reconciliation any instance logged. Throughout, %d", rc.G)
+	b.line("callers an instance decide every %v on its keys; \"local\" counts their decisions made locally (at their 1/N", rc.Pace)
+	b.line("share) within \"all closed\". \"log entries\" is what the instances held when Redis came back (a key's grants")
+	b.line("within a millisecond are one entry of a token bucket's log). %d runs per backend: median (min–max).", rc.Reps)
+	b.line("")
+	header := []string{"backend", "log entries", "all closed", "first closed", "longest replay", "decisions meanwhile", "local"}
+	var rows [][]string
+	for _, bk := range rc.Backends {
+		runs := rc.Runs[bk]
+		if len(runs) == 0 {
+			continue
+		}
+		d := func(f func(recoveryStat) time.Duration) string {
+			return fmtSpread(stats.Summarize(pick(runs, func(s recoveryStat) float64 { return float64(f(s)) })), durF)
+		}
+		n := func(f func(recoveryStat) int64) string {
+			return fmtSpread(stats.Summarize(pick(runs, func(s recoveryStat) float64 { return float64(f(s)) })), func(v float64) string { return fmt.Sprintf("%.0f", v) })
+		}
+		rows = append(rows, []string{bk,
+			n(func(s recoveryStat) int64 { return int64(s.Grants) }),
+			d(func(s recoveryStat) time.Duration { return s.Back }),
+			d(func(s recoveryStat) time.Duration { return s.First }),
+			d(func(s recoveryStat) time.Duration { return s.Replay }),
+			n(func(s recoveryStat) int64 { return s.Decisions }),
+			n(func(s recoveryStat) int64 { return s.Local })})
+	}
+	b.table(header, rows)
 }

@@ -78,10 +78,17 @@ func (h *harness) throughput(ctx context.Context) error {
 			if err := h.admin.FlushAll(ctx).Err(); err != nil {
 				return err
 			}
-			for rep := range h.cfg.Reps {
+			for rep := range h.cfg.HeadlineReps {
 				for i, im := range impls {
+					d := h.cfg.HeadlineDuration
+					if !headline(im.name) {
+						if rep >= h.cfg.Reps {
+							continue
+						}
+						d = h.cfg.Duration
+					}
 					c := cell{Impl: im.name, G: g, Hot: hot}
-					st, err := h.measure(ctx, im, deciders[i], loadSpec{G: g, Keys: keys, Hot: hot, Seed: uint64(rep)})
+					st, err := h.measure(ctx, im, deciders[i], loadSpec{G: g, Keys: keys, Hot: hot, Seed: uint64(rep), Duration: d})
 					if err != nil {
 						return err
 					}
@@ -93,6 +100,38 @@ func (h *harness) throughput(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// headline reports whether limiter name is one of the headline rows:
+// holdfast's token bucket on each backend and the peers.
+func headline(name string) bool {
+	switch name {
+	case implHFRueidisTB, implHFGoredisTB, implRedisRate, implUlule:
+		return true
+	}
+	return false
+}
+
+// peers are the other libraries holdfast is compared with.
+var peers = []string{implRedisRate, implUlule}
+
+// bestPeer is, run by run, the most decisions/s any peer made in the
+// repetition: runs[i] of every peer were taken in repetition i. Only
+// repetitions every peer ran count.
+func bestPeer(runs map[cell][]runStat, g int, hot bool) []float64 {
+	var best []float64
+	for j, p := range peers {
+		rs := runs[cell{Impl: p, G: g, Hot: hot}]
+		if j == 0 {
+			best = pick(rs, perSec)
+			continue
+		}
+		best = best[:min(len(best), len(rs))]
+		for i := range best {
+			best[i] = max(best[i], rs[i].PerSec)
+		}
+	}
+	return best
 }
 
 // denial runs section 1b: one key hammered far past its limit.
@@ -169,8 +208,10 @@ func (h *harness) measure(ctx context.Context, im limiterImpl, d decideFunc, spe
 	if err != nil {
 		return runStat{}, err
 	}
-	spec.Duration = h.cfg.Duration
-	spec.MaxOps = int64(h.cfg.Duration.Seconds()*maxOpsPerSec) + 1
+	if spec.Duration <= 0 {
+		spec.Duration = h.cfg.Duration
+	}
+	spec.MaxOps = int64(spec.Duration.Seconds()*maxOpsPerSec) + 1
 	self0 := selfCPU()
 	r := runLoad(ctx, spec, d)
 	self1 := selfCPU()

@@ -38,11 +38,14 @@ func run() error {
 	sections := flag.String("sections", "all", "comma-separated sections: all or "+strings.Join(harness.AllSections, ","))
 	impls := flag.String("impls", "", "comma-separated substrings: keep only limiters whose names contain one")
 	reps := flag.Int("reps", 0, "runs per figure (0: 3)")
-	dur := flag.Duration("d", 0, "one measured throughput run (0: 1s, -quick 100ms)")
+	dur := flag.Duration("d", 0, "one measured throughput run (0: 1s, -quick 80ms)")
+	hreps := flag.Int("headline-reps", 0, "runs of the headline limiters in sections 1 and 6 (0: 5, -quick as -reps)")
+	hdur := flag.Duration("headline-d", 0, "one measured run of a headline limiter (0: 2s, -quick as -d)")
 	localDur := flag.Duration("local-d", 0, "one measured local-path run (0: 400ms, -quick 50ms)")
 	gs := flag.String("g", "", "comma-separated concurrent callers for section 1 (default 1,16,64,256)")
 	keysets := flag.String("keysets", "", "hot, random or hot,random (default both)")
 	window := flag.Duration("outage-window", 0, "measured window after each fault (0: 5s, -quick 1.5s)")
+	sizes := flag.String("reconcile-sizes", "", "comma-separated outage log sizes (keys) for section 4 (default 1000,10000,100000,1000000)")
 	callTimeout := flag.Duration("call-timeout", 0, "fallback call deadline for section 3 (0: 50ms)")
 	out := flag.String("out", "", "write the markdown report to this file")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the harness process to this file")
@@ -62,6 +65,12 @@ func run() error {
 	if *dur > 0 {
 		cfg.Duration = *dur
 	}
+	if *hreps > 0 {
+		cfg.HeadlineReps = *hreps
+	}
+	if *hdur > 0 {
+		cfg.HeadlineDuration = *hdur
+	}
 	if *localDur > 0 {
 		cfg.LocalDuration = *localDur
 	}
@@ -73,6 +82,16 @@ func run() error {
 				return fmt.Errorf("-g: %w", err)
 			}
 			cfg.Gs = append(cfg.Gs, g)
+		}
+	}
+	if *sizes != "" {
+		cfg.ReconcileSizes = nil
+		for _, s := range split(*sizes) {
+			n, err := strconv.Atoi(s)
+			if err != nil {
+				return fmt.Errorf("-reconcile-sizes: %w", err)
+			}
+			cfg.ReconcileSizes = append(cfg.ReconcileSizes, n)
 		}
 	}
 	if *keysets != "" {

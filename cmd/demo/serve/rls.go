@@ -169,12 +169,9 @@ func (s *rlsService) decide(ctx context.Context, domain string, items []rls.Item
 			ds[i].blocked = true
 			blocked = blocked || !l.ShadowMode
 		case it.Cost == 0:
-			r, err := s.lim.Peek(ctx, l.Policy, it.Key, 1)
+			r, err := s.outcome(ctx, l)(s.lim.Peek(ctx, l.Policy, it.Key, 1))
 			if err != nil {
-				if ctx.Err() != nil {
-					return nil, status.FromContextError(ctx.Err()).Err()
-				}
-				r = s.storeFailed(l, err)
+				return nil, err
 			}
 			// Nothing spent, so never over the limit; the peek answers as
 			// if one hit were spent: Remaining is one more now (ResetAfter
@@ -185,12 +182,9 @@ func (s *rlsService) decide(ctx context.Context, domain string, items []rls.Item
 			r.Allowed = true
 			ds[i] = decision{res: r, decided: true}
 		case l.ShadowMode:
-			r, err := s.dec.AllowN(ctx, l.Policy, it.Key, int64(it.Cost))
+			r, err := s.outcome(ctx, l)(s.dec.AllowN(ctx, l.Policy, it.Key, int64(it.Cost)))
 			if err != nil {
-				if ctx.Err() != nil {
-					return nil, status.FromContextError(ctx.Err()).Err()
-				}
-				r = s.storeFailed(l, err)
+				return nil, err
 			}
 			ds[i] = decision{res: r, decided: true}
 		default:
@@ -211,12 +205,9 @@ func (s *rlsService) charge(ctx context.Context, items []rls.Item, ds []decision
 	if blocked {
 		for _, i := range enforced {
 			it := items[i]
-			r, err := s.lim.Peek(ctx, it.Limit.Policy, it.Key, int64(it.Cost))
+			r, err := s.outcome(ctx, it.Limit)(s.lim.Peek(ctx, it.Limit.Policy, it.Key, int64(it.Cost)))
 			if err != nil {
-				if ctx.Err() != nil {
-					return status.FromContextError(ctx.Err()).Err()
-				}
-				r = s.storeFailed(it.Limit, err)
+				return err
 			}
 			ds[i] = decision{res: r, decided: true}
 		}
@@ -228,20 +219,33 @@ func (s *rlsService) charge(ctx context.Context, items []rls.Item, ds []decision
 	}
 	rs, err := s.dec.AllowAll(ctx, reqs...)
 	if err != nil {
-		if ctx.Err() != nil {
-			return status.FromContextError(ctx.Err()).Err()
-		}
-		// Only a request error reaches here (the fallback limiter decides
-		// store failures itself): decide it by each limit's outage mode.
 		rs = make([]core.Result, len(enforced))
 		for j, i := range enforced {
-			rs[j] = s.storeFailed(items[i].Limit, err)
+			if rs[j], err = s.outcome(ctx, items[i].Limit)(core.Result{}, err); err != nil {
+				return err
+			}
 		}
 	}
 	for j, i := range enforced {
 		ds[i] = decision{res: rs[j], decided: true}
 	}
 	return nil
+}
+
+// outcome returns what turns a limiter's answer for limit l into the
+// decision: the Result itself; the call's gRPC status when ctx ended (Envoy
+// gave up); else, for an error (only a request error reaches here, as the
+// fallback limiter decides store failures itself), l's outage mode.
+func (s *rlsService) outcome(ctx context.Context, l *rls.Limit) func(core.Result, error) (core.Result, error) {
+	return func(r core.Result, err error) (core.Result, error) {
+		switch {
+		case err == nil:
+			return r, nil
+		case ctx.Err() != nil:
+			return core.Result{}, status.FromContextError(ctx.Err()).Err()
+		}
+		return s.storeFailed(l, err), nil
+	}
 }
 
 // storeFailed is the decision of limit l when the limiter returned err: by

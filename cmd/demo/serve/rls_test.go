@@ -50,6 +50,8 @@ descriptors:
   - key: tier
     value: sw
     rate_limit: {unit: minute, requests_per_unit: 2, algorithm: sliding_window}
+  - key: strict
+    rate_limit: {unit: hour, requests_per_unit: 3, outage: fail_closed}
 `
 
 // rlsOptions returns serve options for the rate limit service alone,
@@ -288,6 +290,17 @@ func TestRLSResponses(t *testing.T) {
 	}
 	if st := a.Status(); strings.Join(st.RLSDomains, ",") != "shop" {
 		t.Errorf("/status rls_domains %v", st.RLSDomains)
+	}
+
+	// A key Redis cannot decide (it holds another type): the limit's
+	// outage mode decides, marked; here leases, so fail_open.
+	srv.Do(t, "LPUSH", "hf:{shop.client:5:wrong}", "x")
+	if got, want := ask("shop", 0, desc("client", "wrong")), `OK [OK 3/HOUR r=3 t=0]`+cl+` | RateLimit: "shop.client";r=3;t=0 | x-holdfast-mode: fail_open | upstream x-holdfast-mode: fail_open`; got != want {
+		t.Errorf("a key of the wrong type:\n got  %s\n want %s", got, want)
+	}
+	srv.Do(t, "LPUSH", "hf:{shop.strict:5:wrong}", "x")
+	if got, want := ask("shop", 0, desc("strict", "wrong")), `OVER_LIMIT [OVER_LIMIT 3/HOUR r=0 t=1] | RateLimit-Policy: "shop.strict";q=3;w=3600 | RateLimit: "shop.strict";r=0;t=1 | Retry-After: 1 | x-holdfast-mode: fail_closed | upstream x-holdfast-mode: fail_closed`; got != want {
+		t.Errorf("a fail_closed key of the wrong type:\n got  %s\n want %s", got, want)
 	}
 
 	// Redis gone: still OK or OVER_LIMIT, decided locally, and marked.

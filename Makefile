@@ -18,8 +18,8 @@ test: deps
 	cd grpclimit && $(GO) vet ./... && $(GO) test -race -count=1 ./...
 	FUZZTIME=$(FUZZTIME) bash scripts/fuzz.sh
 
-# Every fuzz target for a longer budget (make test gives each 20s).
-FUZZTIME ?= 20s
+# Every fuzz target for a longer budget (make test gives each 10s).
+FUZZTIME ?= 10s
 fuzz:
 	FUZZTIME=2m bash scripts/fuzz.sh
 

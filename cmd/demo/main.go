@@ -6,6 +6,7 @@
 //
 //	holdfast-demo serve --listen ADDR --redis URL [--redis-cluster] --backend goredis|rueidis --id NAME --config FILE --state-dir DIR
 //	                    [--grpc-listen ADDR --rls-config FILE|DIR]   (Envoy's rate limit service: docs/envoy.md)
+//	                    [--admin-listen ADDR]   (POST /admin/reset, GET /admin/peek)
 //	holdfast-demo cluster [--instances 4] [--redis-cluster] [--normal 10s] [--outage 10s] [--after 10s] [--out DIR]
 //
 // Run either with -h for every flag.

@@ -36,6 +36,10 @@ type Options struct {
 	// GRPCListen is the address of the Envoy rate limit service (RLS v3
 	// gRPC, with the gRPC health service); "" serves none.
 	GRPCListen string
+	// AdminListen is the address of the operator's API (POST
+	// /admin/reset, GET /admin/peek); "" serves none. It can unblock any
+	// client: keep it on loopback or a private network.
+	AdminListen string
 	// RLSConfig is the rate limit service's descriptors: an
 	// envoyproxy/ratelimit config file or a directory of them (see
 	// package rls).
@@ -114,6 +118,7 @@ func FlagSet(out io.Writer) (*flag.FlagSet, *Options) {
 		"service name: its instances share the quota and count each other; other services on the same Redis are not counted")
 	fs.StringVar(&o.Config, "config", env("config", ""), "policies YAML file (required unless --rls-config is given)")
 	fs.StringVar(&o.GRPCListen, "grpc-listen", env("grpc-listen", ""), "gRPC listen address of the Envoy rate limit service (RLS v3 and gRPC health); needs --rls-config")
+	fs.StringVar(&o.AdminListen, "admin-listen", env("admin-listen", ""), "address of the operator's API (POST /admin/reset, GET /admin/peek: unblock or inspect a client; keep it on loopback); empty: none")
 	fs.StringVar(&o.RLSConfig, "rls-config", env("rls-config", ""), "the rate limit service's descriptors: an envoyproxy/ratelimit YAML file or a directory of them, one domain a file")
 	fs.StringVar(&o.StateDir, "state-dir", env("state-dir", ""), "directory for the outage log across restarts")
 	fs.IntVar(&o.ExpectedInstances, "expected-instances", envInt("expected-instances", 1),

@@ -242,7 +242,25 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 			return fmt.Errorf("serve: --grpc-listen: %w", err)
 		}
 	}
+	var aln net.Listener
+	if o.AdminListen != "" {
+		if aln, err = net.Listen("tcp", o.AdminListen); err != nil {
+			ln.Close()
+			if gln != nil {
+				gln.Close()
+			}
+			a.Close()
+			return fmt.Errorf("serve: --admin-listen: %w", err)
+		}
+	}
 	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	var admin *http.Server
+	if aln != nil {
+		admin = &http.Server{Handler: a.AdminHandler(), ReadHeaderTimeout: 5 * time.Second, ErrorLog: srv.ErrorLog}
+		log.Info("holdfast serve admin listening", "addr", aln.Addr().String())
+		go func() { _ = admin.Serve(aln) }()
+		defer admin.Close()
+	}
 	log.Info("holdfast serve listening", "addr", ln.Addr().String(), "id", a.lim.Status().ID, "backend", o.Backend,
 		"redis", Redact(o.Redis), "policies", len(a.cfg.Policies), "state_dir", o.StateDir)
 	served := make(chan error, 2)

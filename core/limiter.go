@@ -7,9 +7,6 @@ import (
 	"time"
 )
 
-// MaxKeyLen is the longest client key, in bytes. Keys are binary-safe.
-const MaxKeyLen = 512
-
 // DefaultPrefix is the storage key prefix when Options.Prefix is empty.
 const DefaultPrefix = "hf:"
 
@@ -32,28 +29,6 @@ type Limiter struct {
 	newID  func() string
 	mode   Mode
 	direct DirectStore // the store, when it decides without scripts
-}
-
-// Localer is implemented by stores that keep their state in this process
-// (the memory backend); their decisions are reported as ModeLocal.
-type Localer interface {
-	Local() bool
-}
-
-// IsLocal reports whether store, or a store it wraps (Unwrapper), keeps
-// its state in this process.
-func IsLocal(store Store) bool {
-	for store != nil {
-		if lo, ok := store.(Localer); ok {
-			return lo.Local()
-		}
-		u, ok := store.(Unwrapper)
-		if !ok {
-			return false
-		}
-		store = u.Unwrap()
-	}
-	return false
 }
 
 // NewLimiter returns a Limiter over store.
@@ -104,7 +79,7 @@ func (l *Limiter) AllowN(ctx context.Context, p Policy, key string, cost int64) 
 		return Result{}, err
 	}
 	var id string
-	if p.alg.NeedsID() {
+	if p.Algorithm().NeedsID() {
 		id = l.newID()
 	}
 	r, err := l.run(ctx, p, key, cost, id)
@@ -116,7 +91,7 @@ func (l *Limiter) AllowN(ctx context.Context, p Policy, key string, cost int64) 
 
 // run executes one decision step on the store and decodes its reply.
 func (l *Limiter) run(ctx context.Context, p Policy, key string, cost int64, id string) (Reply, error) {
-	raw, err := l.store.Run(ctx, p.alg.Script(), []string{l.Key(p, key)}, p.alg.Args(p, cost, id, 0))
+	raw, err := l.store.Run(ctx, p.Algorithm().Script(), []string{l.Key(p, key)}, p.Algorithm().Args(p, cost, id, 0))
 	if err != nil {
 		return Reply{}, err
 	}
@@ -124,7 +99,7 @@ func (l *Limiter) run(ctx context.Context, p Policy, key string, cost int64, id 
 }
 
 // result turns a reply into a Result.
-func (l *Limiter) result(p Policy, r Reply) Result { return ResultOf(p.limit, r, l.mode, false) }
+func (l *Limiter) result(p Policy, r Reply) Result { return ResultOf(p.Limit(), r, l.mode, false) }
 
 // ResultOf is the Result of decision reply r against a limit of limit
 // units, decided in mode (degraded when the shared store was not
@@ -155,42 +130,5 @@ var _ Decider = (*Limiter)(nil)
 // prefix + "{" + policy + ":" + key + "}". The braces are a Redis Cluster
 // hash tag, so every key derived from it lives in one slot.
 func (l *Limiter) Key(p Policy, key string) string {
-	return StorageKey(l.prefix, p.name, key)
-}
-
-// AppendStorageKey appends StorageKey(prefix, policy, key) to b.
-func AppendStorageKey(b []byte, prefix, policy, key string) []byte {
-	b = append(b, prefix...)
-	b = append(b, '{')
-	b = append(b, policy...)
-	b = append(b, ':')
-	b = append(b, key...)
-	return append(b, '}')
-}
-
-// StorageKey returns prefix + "{" + policy + ":" + key + "}".
-func StorageKey(prefix, policy, key string) string {
-	var b strings.Builder
-	b.Grow(len(prefix) + len(policy) + len(key) + 3)
-	b.WriteString(prefix)
-	b.WriteByte('{')
-	b.WriteString(policy)
-	b.WriteByte(':')
-	b.WriteString(key)
-	b.WriteByte('}')
-	return b.String()
-}
-
-// CheckRequest validates a request before any store is touched.
-func CheckRequest(p Policy, key string, cost int64) error {
-	if p.alg == nil {
-		return errorf(ErrInvalidPolicy, "zero Policy: build it with NewPolicy")
-	}
-	if key == "" {
-		return errorf(ErrEmptyKey, "policy %s", p.name)
-	}
-	if len(key) > MaxKeyLen {
-		return errorf(ErrKeyTooLong, "key of %d bytes, maximum %d", len(key), MaxKeyLen)
-	}
-	return p.CheckCost(cost)
+	return StorageKey(l.prefix, p.Name(), key)
 }

@@ -2,33 +2,13 @@ package core
 
 import (
 	"context"
-	"strconv"
+	"github.com/holdfast/holdfast/core/driver"
 )
 
 // The operations beside AllowN: Peek (what AllowN would answer, spending
 // nothing), Reset (forget a key's usage) and AllowAll (several limits
 // charged together, all or nothing). They need two capabilities of an
 // algorithm, Peeker and Refunder; the built-in algorithms have both.
-
-// A Peeker is an Algorithm with a decision script that writes nothing: the
-// same arguments (Args) and reply as Script, and the reply is what Script
-// would answer at that moment.
-type Peeker interface {
-	Algorithm
-	PeekScript() *Script
-}
-
-// A Refunder is an Algorithm whose admissions can be given back: AllowAll
-// gives back what it spent on the requests admitted before one was denied.
-type Refunder interface {
-	Algorithm
-	// RefundCall returns the script call that gives back, on storage key
-	// skey, the cost units that the decision with request id id (empty
-	// unless NeedsID) admitted with reply r. A refund never gives more
-	// than a full quota, and a refund of units that have already left the
-	// algorithm's window gives nothing.
-	RefundCall(p Policy, skey string, cost int64, id string, r Reply) Call
-}
 
 // A Request is one of the charges AllowAll makes: Cost units (0 means 1)
 // of Policy for client Key.
@@ -63,11 +43,11 @@ func CheckRequests(reqs []Request) error {
 		if err := CheckRequest(r.Policy, r.Key, r.Units()); err != nil {
 			return err
 		}
-		if _, ok := r.Policy.alg.(Refunder); !ok {
-			return errorf(ErrInvalidPolicy, "request %d: algorithm %s cannot refund, so it cannot be charged with others", i, r.Policy.alg.Name())
+		if _, ok := r.Policy.Algorithm().(Refunder); !ok {
+			return errorf(ErrInvalidPolicy, "request %d: algorithm %s cannot refund, so it cannot be charged with others", i, r.Policy.Algorithm().Name())
 		}
-		if _, ok := r.Policy.alg.(Peeker); !ok {
-			return errorf(ErrInvalidPolicy, "request %d: algorithm %s cannot peek", i, r.Policy.alg.Name())
+		if _, ok := r.Policy.Algorithm().(Peeker); !ok {
+			return errorf(ErrInvalidPolicy, "request %d: algorithm %s cannot peek", i, r.Policy.Algorithm().Name())
 		}
 	}
 	return nil
@@ -102,15 +82,6 @@ type MultiDecider interface {
 
 var _ MultiDecider = (*Limiter)(nil)
 
-// resetScript forgets a key: the next decision finds a full quota.
-var resetScript = NewScript("reset", "redis.call('DEL', KEYS[1]) return {1}", func(any, int64, []string) (any, []int64, int64, error) {
-	return nil, []int64{1}, 0, nil
-})
-
-// ResetScript is the script Reset runs on a storage key: DEL, so the next
-// decision finds a full quota. fallback runs it too.
-func ResetScript() *Script { return resetScript }
-
 // Reset forgets key's usage of policy p: its next request finds a full
 // quota.
 func (l *Limiter) Reset(ctx context.Context, p Policy, key string) error {
@@ -120,7 +91,7 @@ func (l *Limiter) Reset(ctx context.Context, p Policy, key string) error {
 	if err := CheckRequest(p, key, 1); err != nil {
 		return err
 	}
-	_, err := l.store.Run(ctx, resetScript, []string{l.Key(p, key)}, nil)
+	_, err := l.store.Run(ctx, driver.ResetScript(), []string{l.Key(p, key)}, nil)
 	return err
 }
 
@@ -133,15 +104,15 @@ func (l *Limiter) Peek(ctx context.Context, p Policy, key string, cost int64) (R
 	if err := CheckRequest(p, key, cost); err != nil {
 		return Result{}, err
 	}
-	pk, ok := p.alg.(Peeker)
+	pk, ok := p.Algorithm().(Peeker)
 	if !ok {
-		return Result{}, errorf(ErrInvalidPolicy, "algorithm %s cannot peek", p.alg.Name())
+		return Result{}, errorf(ErrInvalidPolicy, "algorithm %s cannot peek", p.Algorithm().Name())
 	}
 	var id string
-	if p.alg.NeedsID() {
+	if p.Algorithm().NeedsID() {
 		id = l.newID()
 	}
-	raw, err := l.store.Run(ctx, pk.PeekScript(), []string{l.Key(p, key)}, p.alg.Args(p, cost, id, 0))
+	raw, err := l.store.Run(ctx, pk.PeekScript(), []string{l.Key(p, key)}, p.Algorithm().Args(p, cost, id, 0))
 	if err != nil {
 		return Result{}, err
 	}
@@ -186,7 +157,7 @@ func (l *Limiter) AllowAll(ctx context.Context, reqs ...Request) ([]Result, erro
 	done := make([]spent, 0, len(reqs))
 	for i, q := range reqs {
 		var id string
-		if q.Policy.alg.NeedsID() {
+		if q.Policy.Algorithm().NeedsID() {
 			id = l.newID()
 		}
 		rep, err := l.run(ctx, q.Policy, q.Key, q.Units(), id)
@@ -216,35 +187,7 @@ func (l *Limiter) AllowAll(ctx context.Context, reqs ...Request) ([]Result, erro
 func (l *Limiter) refund(ctx context.Context, reqs []Request, spent func(i int) (string, Reply)) {
 	for i, q := range reqs {
 		id, rep := spent(i)
-		c := q.Policy.alg.(Refunder).RefundCall(q.Policy, l.Key(q.Policy, q.Key), q.Units(), id, rep)
+		c := q.Policy.Algorithm().(Refunder).RefundCall(q.Policy, l.Key(q.Policy, q.Key), q.Units(), id, rep)
 		_, _ = l.store.Run(ctx, c.Script, c.Keys, c.Args) // a failure leaves the charge spent
 	}
-}
-
-// RefundArgs formats the arguments of a refund call: integers in decimal,
-// then the strings.
-func RefundArgs(ints []int64, strs ...string) []string {
-	args := make([]string, 0, len(ints)+len(strs))
-	for _, v := range ints {
-		args = append(args, strconv.FormatInt(v, 10))
-	}
-	return append(args, strs...)
-}
-
-// NewDecisionScripts returns an algorithm's decision script and its Peeker
-// script from one Lua source that tests a global PEEK before it writes:
-// decide runs it with PEEK false (NewDecisionScript: with the deadline
-// guard), peek with PEEK true. local is the decision's Go twin; the peek's
-// twin runs local on clone(prev), a copy of the state local may change in
-// place, and leaves the store's state as it was.
-func NewDecisionScripts(name, src string, local LocalFunc, clone func(prev any) any) (decide, peek *Script) {
-	decide = NewDecisionScript(name, "local PEEK = false\n"+src, local)
-	peek = NewScript(name+"_peek", "local PEEK = true\n"+src, func(prev any, now int64, args []string) (any, []int64, int64, error) {
-		if prev != nil {
-			prev = clone(prev)
-		}
-		_, r, _, err := local(prev, now, args)
-		return nil, r, -1, err
-	})
-	return decide, peek
 }

@@ -1,4 +1,4 @@
-package core_test
+package driver_test
 
 import (
 	"encoding/base64"

@@ -1,8 +1,8 @@
-// Package algorithms registers every built-in algorithm with core.Register,
+// Package algorithms registers every built-in algorithm with driver.Register,
 // for the packages that find algorithms by name (config, the fallback
 // layer's state dir): import it for its side effect. Each algorithm lives
 // in a sub-package of its own, with its decision script, Go twin, lease
-// share and replay (the capabilities of core/seam.go).
+// share and replay (the capabilities of core/driver/seam.go).
 package algorithms
 
 import (

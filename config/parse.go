@@ -14,6 +14,7 @@ import (
 
 	_ "github.com/holdfast/holdfast/algorithms" // registers the built-in algorithms
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 	"github.com/holdfast/holdfast/fallback"
 	"github.com/holdfast/holdfast/httplimit"
 )
@@ -28,8 +29,8 @@ type document struct {
 	trustedProxies bool // client_ip's trusted_proxies was given
 }
 
-// The shapes of an algorithm's numbers: a rate (core.RateAlgorithm) or a
-// limit per window (core.WindowAlgorithm).
+// The shapes of an algorithm's numbers: a rate (driver.RateAlgorithm) or a
+// limit per window (driver.WindowAlgorithm).
 const (
 	rateShape   = "rate"
 	windowShape = "window"
@@ -45,11 +46,11 @@ var fields = map[string]string{
 
 // shapeOf returns the shape of alg's numbers, "" when it has none a config
 // can give.
-func shapeOf(alg core.Algorithm) string {
+func shapeOf(alg driver.Algorithm) string {
 	switch alg.(type) {
-	case core.RateAlgorithm:
+	case driver.RateAlgorithm:
 		return rateShape
-	case core.WindowAlgorithm:
+	case driver.WindowAlgorithm:
 		return windowShape
 	}
 	return ""
@@ -58,8 +59,8 @@ func shapeOf(alg core.Algorithm) string {
 // namesOf returns the registered algorithms of the given shape, as "a or b".
 func namesOf(shape string) string {
 	var names []string
-	for _, n := range core.AlgorithmNames() {
-		if alg, _ := core.AlgorithmByName(n); shapeOf(alg) == shape {
+	for _, n := range driver.AlgorithmNames() {
+		if alg, _ := driver.AlgorithmByName(n); shapeOf(alg) == shape {
 			names = append(names, n)
 		}
 	}
@@ -301,7 +302,7 @@ func parsePolicy(i int, n *yaml.Node, ip httplimit.IPOptions) (Policy, error) {
 // build checks the fields and builds the policy with its algorithm's
 // constructor, found by name in core's registry.
 func (pf *policyFields) build() (Policy, error) {
-	if err := core.CheckPolicyName(pf.name); err != nil {
+	if err := driver.CheckPolicyName(pf.name); err != nil {
 		return Policy{}, pf.errorf("name", err, "%s", pf.cause(err))
 	}
 	p := Policy{Name: pf.name}
@@ -309,15 +310,15 @@ func (pf *policyFields) build() (Policy, error) {
 	if err != nil {
 		return Policy{}, err
 	}
-	alg, err := core.AlgorithmByName(name)
+	alg, err := driver.AlgorithmByName(name)
 	shape := ""
 	if err == nil {
 		shape = shapeOf(alg)
 	}
 	if shape == "" {
 		var known []string
-		for _, n := range core.AlgorithmNames() {
-			if a, _ := core.AlgorithmByName(n); shapeOf(a) != "" {
+		for _, n := range driver.AlgorithmNames() {
+			if a, _ := driver.AlgorithmByName(n); shapeOf(a) != "" {
 				known = append(known, n)
 			}
 		}
@@ -329,9 +330,9 @@ func (pf *policyFields) build() (Policy, error) {
 		}
 	}
 	switch a := alg.(type) {
-	case core.RateAlgorithm:
+	case driver.RateAlgorithm:
 		p.Policy, err = pf.rate(a)
-	case core.WindowAlgorithm:
+	case driver.WindowAlgorithm:
 		p.Policy, err = pf.window(a)
 	}
 	if err != nil {
@@ -373,7 +374,7 @@ func (pf *policyFields) route(p *Policy, ip httplimit.IPOptions) error {
 }
 
 // rate reads a rate-shaped policy: capacity and refill_per_second.
-func (pf *policyFields) rate(alg core.RateAlgorithm) (core.Policy, error) {
+func (pf *policyFields) rate(alg driver.RateAlgorithm) (core.Policy, error) {
 	capacity, err := pf.integer("capacity")
 	if err != nil {
 		return core.Policy{}, err
@@ -395,7 +396,7 @@ func (pf *policyFields) rate(alg core.RateAlgorithm) (core.Policy, error) {
 }
 
 // window reads a window-shaped policy: limit and window.
-func (pf *policyFields) window(alg core.WindowAlgorithm) (core.Policy, error) {
+func (pf *policyFields) window(alg driver.WindowAlgorithm) (core.Policy, error) {
 	limit, err := pf.integer("limit")
 	if err != nil {
 		return core.Policy{}, err

@@ -12,6 +12,7 @@ import (
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	"github.com/holdfast/holdfast/backend/memory"
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 )
 
 func TestPolicyValidation(t *testing.T) {
@@ -39,7 +40,7 @@ func TestPolicyValidation(t *testing.T) {
 		{"window of ten years", func() (core.Policy, error) { return slidingwindow.Policy("p", 10, 10*365*24*time.Hour) }},
 		{"sub-microsecond window", func() (core.Policy, error) { return slidingwindow.Policy("p", 10, time.Second+1) }},
 		{"window limit above max", func() (core.Policy, error) { return slidingwindow.Policy("p", slidingwindow.MaxLimit+1, time.Second) }},
-		{"nil algorithm", func() (core.Policy, error) { return core.NewPolicy("p", nil, 1, time.Second) }},
+		{"nil algorithm", func() (core.Policy, error) { return driver.NewPolicy("p", nil, 1, time.Second) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -147,7 +148,7 @@ func TestBadPrefix(t *testing.T) {
 }
 
 func TestStorageKeyHashTag(t *testing.T) {
-	if got := core.StorageKey("hf:", "api", "client-7"); got != "hf:{api:client-7}" {
+	if got := driver.StorageKey("hf:", "api", "client-7"); got != "hf:{api:client-7}" {
 		t.Fatalf("StorageKey = %q", got)
 	}
 }
@@ -155,12 +156,12 @@ func TestStorageKeyHashTag(t *testing.T) {
 func TestParseReply(t *testing.T) {
 	bad := [][]int64{nil, {1, 2, 3, 4}, {2, 0, 0, 0, 1}, {1, 0, -1, 0, 1}, {1, 0, 0, 0, 0}, {1, 2, 3, 4, 5, 6}}
 	for _, r := range bad {
-		if _, err := core.ParseReply(r); !errors.Is(err, core.ErrMalformedReply) {
+		if _, err := driver.ParseReply(r); !errors.Is(err, core.ErrMalformedReply) {
 			t.Errorf("ParseReply(%v) err = %v, want ErrMalformedReply", r, err)
 		}
 	}
-	got, err := core.ParseReply([]int64{1, 7, 0, 900, 42})
-	if err != nil || got != (core.Reply{Allowed: true, Remaining: 7, ResetAfter: 900, Now: 42}) {
+	got, err := driver.ParseReply([]int64{1, 7, 0, 900, 42})
+	if err != nil || got != (driver.Reply{Allowed: true, Remaining: 7, ResetAfter: 900, Now: 42}) {
 		t.Fatalf("ParseReply = %+v, %v", got, err)
 	}
 }
@@ -208,7 +209,7 @@ func TestSmallDefects(t *testing.T) {
 // replyStore answers every call with one admitting decision reply.
 type replyStore struct{}
 
-func (replyStore) Run(context.Context, *core.Script, []string, []string) ([]int64, error) {
+func (replyStore) Run(context.Context, *driver.Script, []string, []string) ([]int64, error) {
 	return []int64{1, 4, 0, 1000, 42}, nil
 }
 

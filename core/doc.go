@@ -1,18 +1,18 @@
-// Package core is holdfast's portable layer: what a rate limit is (Policy,
-// built by an algorithm package such as tokenbucket or slidingwindow), what a
-// decision says (Result), and Limiter, which decides through a Store.
+// Package core is what an application uses of holdfast: what a rate limit
+// is (Policy, built by an algorithm package: tokenbucket.Policy,
+// slidingwindow.Policy, slidingcounter.Policy), what a decision says
+// (Result), the Limiter that decides through a store, and the errors.
 //
-// Applications use a handful of names: a Policy from tokenbucket.Policy or
-// slidingwindow.Policy, NewLimiter over a store (backend/memory for one
-// process, backend/goredis or backend/rueidis for a limit shared through
-// Redis), Limiter.Allow and Limiter.AllowN, the Result, and the errors
+// NewLimiter over a store (backend/memory for one process, backend/goredis
+// or backend/rueidis for a limit shared through Redis) gives Allow, AllowN,
+// Peek (what AllowN would answer, spending nothing), Reset, and AllowAll
+// (several limits charged all or nothing). Errors are tested with errors.Is
 // (ErrInvalidCost, ErrCostExceedsLimit, ErrEmptyKey, ErrKeyTooLong,
-// ErrStoreUnavailable, …) with ClassOf to tell a wrong request from a store
+// ErrStoreUnavailable, …) and ClassOf tells a wrong request from a store
 // that cannot serve. For a limit that keeps holding when Redis fails, wrap
-// the Redis store in fallback.New instead of calling NewLimiter.
+// the Redis store in fallback.New instead of calling NewLimiter: it is a
+// Decider and a MultiDecider too.
 //
-// Store and algorithm authors implement the small interfaces here: Store
-// (one atomic script step), the optional Pinger, Pipeliner and Sharded, and
-// Algorithm with its Script (NewDecisionScript for a step that spends
-// quota). storetest holds the conformance suite every store runs.
+// Store and algorithm authors find what they implement and call in package
+// core/driver.
 package core

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 )
 
 // FuzzParseReply: any five-or-other integers either parse into a Reply that
@@ -18,7 +19,7 @@ func FuzzParseReply(f *testing.F) {
 		if n >= 0 && n < len(raw) {
 			raw = raw[:n]
 		}
-		r, err := core.ParseReply(raw)
+		r, err := driver.ParseReply(raw)
 		if err != nil {
 			if !errors.Is(err, core.ErrMalformedReply) {
 				t.Fatalf("error %v is not ErrMalformedReply", err)

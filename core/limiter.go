@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"errors"
+	"github.com/holdfast/holdfast/core/driver"
 	"strings"
 	"time"
 )
@@ -24,15 +25,15 @@ type Options struct {
 // A Limiter decides requests against policies, with its state in a Store.
 // A Limiter is safe for concurrent use.
 type Limiter struct {
-	store  Store
+	store  driver.Store
 	prefix string
 	newID  func() string
 	mode   Mode
-	direct DirectStore // the store, when it decides without scripts
+	direct driver.DirectStore // the store, when it decides without scripts
 }
 
 // NewLimiter returns a Limiter over store.
-func NewLimiter(store Store, opts Options) (*Limiter, error) {
+func NewLimiter(store driver.Store, opts Options) (*Limiter, error) {
 	if store == nil {
 		return nil, errors.New("core: NewLimiter: nil store")
 	}
@@ -45,12 +46,12 @@ func NewLimiter(store Store, opts Options) (*Limiter, error) {
 	}
 	l := &Limiter{store: store, prefix: prefix, newID: opts.NewID, mode: ModeRedis}
 	if l.newID == nil {
-		l.newID = NewRequestID
+		l.newID = driver.NewRequestID
 	}
-	if IsLocal(store) {
+	if driver.IsLocal(store) {
 		l.mode = ModeLocal
 	}
-	l.direct, _ = store.(DirectStore)
+	l.direct, _ = store.(driver.DirectStore)
 	return l, nil
 }
 
@@ -75,7 +76,7 @@ func (l *Limiter) AllowN(ctx context.Context, p Policy, key string, cost int64) 
 			return l.result(p, r), nil
 		}
 	}
-	if err := CheckRequest(p, key, cost); err != nil {
+	if err := driver.CheckRequest(p, key, cost); err != nil {
 		return Result{}, err
 	}
 	var id string
@@ -90,22 +91,24 @@ func (l *Limiter) AllowN(ctx context.Context, p Policy, key string, cost int64) 
 }
 
 // run executes one decision step on the store and decodes its reply.
-func (l *Limiter) run(ctx context.Context, p Policy, key string, cost int64, id string) (Reply, error) {
+func (l *Limiter) run(ctx context.Context, p Policy, key string, cost int64, id string) (driver.Reply, error) {
 	raw, err := l.store.Run(ctx, p.Algorithm().Script(), []string{l.Key(p, key)}, p.Algorithm().Args(p, cost, id, 0))
 	if err != nil {
-		return Reply{}, err
+		return driver.Reply{}, err
 	}
-	return ParseReply(raw)
+	return driver.ParseReply(raw)
 }
 
 // result turns a reply into a Result.
-func (l *Limiter) result(p Policy, r Reply) Result { return ResultOf(p.Limit(), r, l.mode, false) }
+func (l *Limiter) result(p Policy, r driver.Reply) Result {
+	return ResultOf(p.Limit(), r, l.mode, false)
+}
 
 // ResultOf is the Result of decision reply r against a limit of limit
 // units, decided in mode (degraded when the shared store was not
 // consulted): the one conversion every limiter, core's and fallback's,
 // makes.
-func ResultOf(limit int64, r Reply, mode Mode, degraded bool) Result {
+func ResultOf(limit int64, r driver.Reply, mode Mode, degraded bool) Result {
 	return Result{
 		Allowed:    r.Allowed,
 		Limit:      limit,
@@ -130,5 +133,5 @@ var _ Decider = (*Limiter)(nil)
 // prefix + "{" + policy + ":" + key + "}". The braces are a Redis Cluster
 // hash tag, so every key derived from it lives in one slot.
 func (l *Limiter) Key(p Policy, key string) string {
-	return StorageKey(l.prefix, p.Name(), key)
+	return driver.StorageKey(l.prefix, p.Name(), key)
 }

@@ -40,13 +40,13 @@ func CheckRequests(reqs []Request) error {
 		return errorf(ErrInvalidPolicy, "AllowAll of %d requests, at most %d", len(reqs), MaxRequests)
 	}
 	for i, r := range reqs {
-		if err := CheckRequest(r.Policy, r.Key, r.Units()); err != nil {
+		if err := driver.CheckRequest(r.Policy, r.Key, r.Units()); err != nil {
 			return err
 		}
-		if _, ok := r.Policy.Algorithm().(Refunder); !ok {
+		if _, ok := r.Policy.Algorithm().(driver.Refunder); !ok {
 			return errorf(ErrInvalidPolicy, "request %d: algorithm %s cannot refund, so it cannot be charged with others", i, r.Policy.Algorithm().Name())
 		}
-		if _, ok := r.Policy.Algorithm().(Peeker); !ok {
+		if _, ok := r.Policy.Algorithm().(driver.Peeker); !ok {
 			return errorf(ErrInvalidPolicy, "request %d: algorithm %s cannot peek", i, r.Policy.Algorithm().Name())
 		}
 	}
@@ -88,7 +88,7 @@ func (l *Limiter) Reset(ctx context.Context, p Policy, key string) error {
 	if ctx == nil {
 		return ErrNilContext
 	}
-	if err := CheckRequest(p, key, 1); err != nil {
+	if err := driver.CheckRequest(p, key, 1); err != nil {
 		return err
 	}
 	_, err := l.store.Run(ctx, driver.ResetScript(), []string{l.Key(p, key)}, nil)
@@ -101,10 +101,10 @@ func (l *Limiter) Peek(ctx context.Context, p Policy, key string, cost int64) (R
 	if ctx == nil {
 		return Result{}, ErrNilContext
 	}
-	if err := CheckRequest(p, key, cost); err != nil {
+	if err := driver.CheckRequest(p, key, cost); err != nil {
 		return Result{}, err
 	}
-	pk, ok := p.Algorithm().(Peeker)
+	pk, ok := p.Algorithm().(driver.Peeker)
 	if !ok {
 		return Result{}, errorf(ErrInvalidPolicy, "algorithm %s cannot peek", p.Algorithm().Name())
 	}
@@ -116,7 +116,7 @@ func (l *Limiter) Peek(ctx context.Context, p Policy, key string, cost int64) (R
 	if err != nil {
 		return Result{}, err
 	}
-	r, err := ParseReply(raw)
+	r, err := driver.ParseReply(raw)
 	if err != nil {
 		return Result{}, err
 	}
@@ -152,7 +152,7 @@ func (l *Limiter) AllowAll(ctx context.Context, reqs ...Request) ([]Result, erro
 	rs := make([]Result, len(reqs))
 	type spent struct {
 		id  string
-		rep Reply
+		rep driver.Reply
 	}
 	done := make([]spent, 0, len(reqs))
 	for i, q := range reqs {
@@ -167,7 +167,7 @@ func (l *Limiter) AllowAll(ctx context.Context, reqs ...Request) ([]Result, erro
 			continue
 		}
 		// Denied, or the store failed: give back what was spent.
-		l.refund(ctx, reqs[:i], func(j int) (string, Reply) { return done[j].id, done[j].rep })
+		l.refund(ctx, reqs[:i], func(j int) (string, driver.Reply) { return done[j].id, done[j].rep })
 		if err != nil {
 			return nil, err
 		}
@@ -184,10 +184,10 @@ func (l *Limiter) AllowAll(ctx context.Context, reqs ...Request) ([]Result, erro
 
 // refund gives back the charges of reqs, the ith admitted as spent(i)
 // tells. A refund the store does not take leaves its charge spent.
-func (l *Limiter) refund(ctx context.Context, reqs []Request, spent func(i int) (string, Reply)) {
+func (l *Limiter) refund(ctx context.Context, reqs []Request, spent func(i int) (string, driver.Reply)) {
 	for i, q := range reqs {
 		id, rep := spent(i)
-		c := q.Policy.Algorithm().(Refunder).RefundCall(q.Policy, l.Key(q.Policy, q.Key), q.Units(), id, rep)
+		c := q.Policy.Algorithm().(driver.Refunder).RefundCall(q.Policy, l.Key(q.Policy, q.Key), q.Units(), id, rep)
 		_, _ = l.store.Run(ctx, c.Script, c.Keys, c.Args) // a failure leaves the charge spent
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/holdfast/holdfast/algorithms/slidingwindow"
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 	"github.com/holdfast/holdfast/internal/redistest"
 )
 
@@ -70,7 +71,7 @@ func TestACLUser(t *testing.T) {
 			in.checkRecovered(t)
 			// The user's reach ends at the prefix.
 			store := newStore(t, backend, url)
-			_, err := store.Run(ctx, core.NewScript("peek", "return redis.call('GET', KEYS[1])", nil), []string{"other:key"}, nil)
+			_, err := store.Run(ctx, driver.NewScript("peek", "return redis.call('GET', KEYS[1])", nil), []string{"other:key"}, nil)
 			if core.ClassOf(err) != core.ClassUnavailable || core.ReasonOf(err) != "NOPERM" {
 				t.Fatalf("reading outside the prefix: %v, want a NOPERM refusal", err)
 			}

@@ -10,6 +10,7 @@ import (
 
 	_ "github.com/holdfast/holdfast/algorithms" // a state dir names algorithms: register the built-in ones
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 )
 
 // probe is the breaker's health check: the membership heartbeat, a write
@@ -36,7 +37,7 @@ func (l *cell) heartbeat(ctx context.Context) error {
 		return err
 	}
 	if len(raw) != 2 || raw[1] <= 0 {
-		return core.Errorf(core.ErrMalformedReply, "membership reply %v", raw)
+		return driver.Errorf(core.ErrMalformedReply, "membership reply %v", raw)
 	}
 	l.setInstances(max(raw[0], 1))
 	l.setOffset(raw[1])
@@ -136,7 +137,7 @@ func (l *cell) flush(ctx context.Context, gen uint64) {
 //go:embed recovery.lua
 var recoverySource string
 
-var recoveryScript = core.NewScript("recovery", recoverySource, nil)
+var recoveryScript = driver.NewScript("recovery", recoverySource, nil)
 
 // recover is the breaker's Reconcile: replay the log, then wait at the
 // recovery barrier until every instance of this outage has had time to find
@@ -163,7 +164,7 @@ func (l *cell) recover(ctx context.Context) error {
 		return fmt.Errorf("fallback: recovery barrier: %w", err)
 	}
 	if len(raw) != 2 {
-		return core.Errorf(core.ErrMalformedReply, "recovery barrier reply %v", raw)
+		return driver.Errorf(core.ErrMalformedReply, "recovery barrier reply %v", raw)
 	}
 	if wait := time.Duration(raw[0]-raw[1]) * time.Microsecond; wait > 0 {
 		select {
@@ -276,5 +277,5 @@ func (l *cell) status() Status {
 // has each shard's state).
 func (l *Limiter) Breaker() *Breaker { return l.breaker }
 
-// algorithmByName is the algorithm registered as name (core.Register).
-func algorithmByName(name string) (core.Algorithm, error) { return core.AlgorithmByName(name) }
+// algorithmByName is the algorithm registered as name (driver.Register).
+func algorithmByName(name string) (driver.Algorithm, error) { return driver.AlgorithmByName(name) }

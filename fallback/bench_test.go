@@ -9,13 +9,14 @@ import (
 
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 	"github.com/holdfast/holdfast/fallback"
 )
 
 // downStore is a Redis that is down.
 type downStore struct{}
 
-func (downStore) Run(context.Context, *core.Script, []string, []string) ([]int64, error) {
+func (downStore) Run(context.Context, *driver.Script, []string, []string) ([]int64, error) {
 	return nil, core.ErrStoreUnavailable
 }
 

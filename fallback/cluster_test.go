@@ -9,6 +9,7 @@ import (
 	"github.com/holdfast/holdfast/algorithms/slidingwindow"
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 	"github.com/holdfast/holdfast/internal/redistest"
 	"github.com/holdfast/holdfast/storetest"
 )
@@ -37,9 +38,9 @@ func TestClusterFailover(t *testing.T) {
 			go func() {
 				defer close(failed)
 				time.Sleep(1500 * time.Millisecond)
-				m := c.MasterFor(t, core.StorageKey("hf:", tc.p.Name(), key))
+				m := c.MasterFor(t, driver.StorageKey("hf:", tc.p.Name(), key))
 				m.Kill()
-				c.WaitPromoted(t, m, core.StorageKey("hf:", tc.p.Name(), key), 20*time.Second)
+				c.WaitPromoted(t, m, driver.StorageKey("hf:", tc.p.Name(), key), 20*time.Second)
 			}()
 			var ld load
 			start := time.Now()
@@ -62,7 +63,7 @@ func TestClusterFailover(t *testing.T) {
 // clusterHarness makes stores on a Redis Cluster for the storetest suites.
 type clusterHarness struct{ backend, url string }
 
-func (h clusterHarness) MakeStore(t *testing.T) core.Store { return newStore(t, h.backend, h.url) }
+func (h clusterHarness) MakeStore(t *testing.T) driver.Store { return newStore(t, h.backend, h.url) }
 
 // TestClusterConformance runs the step tables (every script, no CROSSSLOT)
 // and the 4-instance accuracy test against a 3-master/3-replica cluster,

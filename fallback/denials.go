@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 )
 
 // denial is a Redis denial remembered for its key: while no instance can add
@@ -21,7 +22,7 @@ type denial struct {
 }
 
 // remember records a denial sent at sent (local clock).
-func (k *keyState) remember(p core.Policy, cost int64, sent time.Time, r core.Reply) {
+func (k *keyState) remember(p core.Policy, cost int64, sent time.Time, r driver.Reply) {
 	if r.Allowed {
 		k.deny = denial{}
 		return

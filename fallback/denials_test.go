@@ -12,17 +12,18 @@ import (
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	"github.com/holdfast/holdfast/backend/goredis"
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 	"github.com/holdfast/holdfast/fallback"
 	"github.com/holdfast/holdfast/internal/redistest"
 )
 
 // counting counts the calls that reach the store.
 type counting struct {
-	core.Store
+	driver.Store
 	calls atomic.Int64
 }
 
-func (c *counting) Run(ctx context.Context, s *core.Script, keys, args []string) ([]int64, error) {
+func (c *counting) Run(ctx context.Context, s *driver.Script, keys, args []string) ([]int64, error) {
 	c.calls.Add(1)
 	return c.Store.Run(ctx, s, keys, args)
 }

@@ -89,6 +89,7 @@ import (
 
 	"github.com/holdfast/holdfast/backend/memory"
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 )
 
 const (
@@ -204,7 +205,7 @@ type jcoal struct {
 	name           string
 	flags          byte
 	n              int64
-	seed           core.Seed
+	seed           driver.Seed
 	start, at      int64
 }
 
@@ -296,7 +297,7 @@ func (e *jenc) count(n, offset int64) {
 
 // grantHead encodes a grant record up to its fixed cost and time fields and
 // returns the record's start and the client key's offset.
-func (e *jenc) grant(flags byte, pi uint64, n int64, keyPrefix, policy, key, skey string, seed core.Seed, id string, cost, at int64) (start, keyOff int) {
+func (e *jenc) grant(flags byte, pi uint64, n int64, keyPrefix, policy, key, skey string, seed driver.Seed, id string, cost, at int64) (start, keyOff int) {
 	start = e.open(recGrant)
 	e.buf = append(e.buf, flags)
 	e.uv(pi)
@@ -307,7 +308,7 @@ func (e *jenc) grant(flags byte, pi uint64, n int64, keyPrefix, policy, key, ske
 	} else {
 		e.uv(uint64(len(keyPrefix) + len(policy) + len(key) + 3))
 		keyOff = len(e.buf) + len(keyPrefix) + len(policy) + 2
-		e.buf = core.AppendStorageKey(e.buf, keyPrefix, policy, key)
+		e.buf = driver.AppendStorageKey(e.buf, keyPrefix, policy, key)
 	}
 	e.v(seed.Value)
 	e.v(seed.At)
@@ -346,7 +347,7 @@ func (e *jenc) lease(pi uint64, p core.Policy, skey string, k *keyState) {
 }
 
 // appendLease appends k's lease as its algorithm encodes it
-// (core.Lease.AppendBinary); nothing when k has no lease.
+// (driver.Lease.AppendBinary); nothing when k has no lease.
 func appendLease(b []byte, k *keyState) []byte {
 	if k.lease == nil {
 		return b
@@ -355,12 +356,12 @@ func appendLease(b []byte, k *keyState) []byte {
 }
 
 // loadLease decodes appendLease's bytes into k, with p's algorithm's
-// core.Leaser.LoadLease.
+// driver.Leaser.LoadLease.
 func loadLease(p core.Policy, data []byte, k *keyState) bool {
 	if len(data) == 0 {
 		return true // no lease was written
 	}
-	lr, ok := p.Algorithm().(core.Leaser)
+	lr, ok := p.Algorithm().(driver.Leaser)
 	if !ok {
 		return false
 	}
@@ -380,7 +381,7 @@ func (e *jenc) resetRec(typ byte, skey, id string) {
 	e.close(st)
 }
 
-func (e *jenc) sealed(pi uint64, b *core.Batch) {
+func (e *jenc) sealed(pi uint64, b *driver.Batch) {
 	s := e.open(recSealed)
 	e.str(b.ID)
 	e.uv(pi)
@@ -513,7 +514,7 @@ type jstate struct {
 	header  bool
 	pols    map[uint64]core.Policy
 	keys    map[string]*jkey
-	sealed  map[string]*core.Batch
+	sealed  map[string]*driver.Batch
 	order   []string          // sealed batch ids in sealing order (acked ones linger until trimmed)
 	resets  map[string]string // pending resets: storage key → marker id
 	count   int64
@@ -530,15 +531,15 @@ type jstate struct {
 // jkey is one key's known state, lease and open grants.
 type jkey struct {
 	p       core.Policy
-	ks      keyState     // known, seed and lease (deny and live unused)
-	open    []core.Grant // logged, not sealed yet
-	seed    core.Seed    // the open grants' seed
-	group   int64        // when the last open token bucket grant's group began
-	touched int64        // store time of the key's last record
+	ks      keyState       // known, seed and lease (deny and live unused)
+	open    []driver.Grant // logged, not sealed yet
+	seed    driver.Seed    // the open grants' seed
+	group   int64          // when the last open token bucket grant's group began
+	touched int64          // store time of the key's last record
 }
 
 func newJState(maxOpen int) *jstate {
-	return &jstate{pols: map[uint64]core.Policy{}, keys: map[string]*jkey{}, sealed: map[string]*core.Batch{}, resets: map[string]string{}, maxOpen: maxOpen}
+	return &jstate{pols: map[uint64]core.Policy{}, keys: map[string]*jkey{}, sealed: map[string]*driver.Batch{}, resets: map[string]string{}, maxOpen: maxOpen}
 }
 
 func (st *jstate) key(skey []byte, p core.Policy) *jkey {
@@ -595,7 +596,7 @@ func (st *jstate) apply(b []byte) error {
 		if err != nil {
 			return err
 		}
-		p, err := core.NewPolicy(name, a, limit, time.Duration(iv))
+		p, err := driver.NewPolicy(name, a, limit, time.Duration(iv))
 		if err != nil {
 			return err
 		}
@@ -610,17 +611,17 @@ func (st *jstate) apply(b []byte) error {
 		flags := d.byte1()
 		p, _ := pol()
 		n, skey := d.v(), d.bytes()
-		seed := core.Seed{Value: d.v(), At: d.v()}
+		seed := driver.Seed{Value: d.v(), At: d.v()}
 		id := d.str()
 		cost, at := int64(d.u64()), int64(d.u64())
 		if !d.ok() || cost <= 0 || n < 1 {
 			return errBadRec
 		}
-		st.grant(flags, p, n, skey, seed, core.Grant{ID: id, Cost: cost, At: at})
+		st.grant(flags, p, n, skey, seed, driver.Grant{ID: id, Cost: cost, At: at})
 	case recKnown:
 		p, _ := pol()
 		skey := d.bytes()
-		kn := known{seed: core.Seed{Value: d.v(), At: d.v()}, at: d.v()}
+		kn := known{seed: driver.Seed{Value: d.v(), At: d.v()}, at: d.v()}
 		if !d.ok() {
 			return errBadRec
 		}
@@ -631,8 +632,8 @@ func (st *jstate) apply(b []byte) error {
 		p, _ := pol()
 		skey := d.bytes()
 		var ks keyState
-		ks.known = known{seed: core.Seed{Value: d.v(), At: d.v()}, at: d.v()}
-		ks.seed = core.Seed{Value: d.v(), At: d.v()}
+		ks.known = known{seed: driver.Seed{Value: d.v(), At: d.v()}, at: d.v()}
+		ks.seed = driver.Seed{Value: d.v(), At: d.v()}
 		ks.leased, ks.last = d.byte1() == 1, d.v()
 		blob := d.bytes()
 		if !d.ok() || !loadLease(p, blob, &ks) {
@@ -645,10 +646,10 @@ func (st *jstate) apply(b []byte) error {
 		id := d.str()
 		p, _ := pol()
 		skey := d.str()
-		seed := core.Seed{Value: d.v(), At: d.v()}
-		grants := make([]core.Grant, d.count(3))
+		seed := driver.Seed{Value: d.v(), At: d.v()}
+		grants := make([]driver.Grant, d.count(3))
 		for i := range grants {
-			grants[i] = core.Grant{ID: d.str(), Cost: d.v(), At: d.v()}
+			grants[i] = driver.Grant{ID: d.str(), Cost: d.v(), At: d.v()}
 		}
 		if !d.ok() {
 			return errBadRec
@@ -656,7 +657,7 @@ func (st *jstate) apply(b []byte) error {
 		if _, dup := st.sealed[id]; !dup {
 			st.order = append(st.order, id)
 		}
-		st.sealed[id] = &core.Batch{ID: id, Key: skey, Policy: p, Seed: seed, Grants: grants}
+		st.sealed[id] = &driver.Batch{ID: id, Key: skey, Policy: p, Seed: seed, Grants: grants}
 		if k := st.keys[skey]; k != nil {
 			st.open -= len(k.open)
 			k.open = nil
@@ -706,7 +707,7 @@ func (st *jstate) apply(b []byte) error {
 }
 
 // grant applies a grant record: it charges the key's lease and logs it.
-func (st *jstate) grant(flags byte, p core.Policy, n int64, skey []byte, seed core.Seed, gr core.Grant) {
+func (st *jstate) grant(flags byte, p core.Policy, n int64, skey []byte, seed driver.Seed, gr driver.Grant) {
 	k := st.key(skey, p)
 	if flags&grantLeased != 0 {
 		if !k.ks.leased || k.ks.seed != seed {
@@ -724,7 +725,7 @@ func (st *jstate) grant(flags byte, p core.Policy, n int64, skey []byte, seed co
 
 // addOpen adds a logged grant to k's open grants; token bucket grants
 // within coalesceMicros of their group's first join it, as in the outage log.
-func (st *jstate) addOpen(k *jkey, gr core.Grant, seed core.Seed, whole bool) {
+func (st *jstate) addOpen(k *jkey, gr driver.Grant, seed driver.Seed, whole bool) {
 	if len(k.open) == 0 {
 		k.seed = seed
 	} else if !whole && gr.ID == "" && coalesces(k.p) && gr.At-k.group < coalesceMicros {
@@ -759,7 +760,7 @@ func (st *jstate) compactOpen(now int64) {
 			}
 			k.open = append(k.open[:0], m)
 		} else {
-			k.open = slices.DeleteFunc(k.open, func(g core.Grant) bool { return outdated(k.p, g.At, now) })
+			k.open = slices.DeleteFunc(k.open, func(g driver.Grant) bool { return outdated(k.p, g.At, now) })
 		}
 		st.open -= n - len(k.open)
 	}
@@ -956,7 +957,7 @@ func (l *cell) restore(st *jstate, dropped int) jrestored {
 		ks := k.ks
 		if ks.lease != nil {
 			// The mirror keeps its own: the live one gets a copy.
-			if lr, ok := k.p.Algorithm().(core.Leaser); ok {
+			if lr, ok := k.p.Algorithm().(driver.Leaser); ok {
 				if l, err := lr.LoadLease(k.p, ks.lease.AppendBinary(nil)); err == nil {
 					ks.lease = l
 				}
@@ -1006,7 +1007,7 @@ func (j *journal) kickNow() {
 // grant records a grant (a decision that admitted): flags say whether it is
 // in the outage log and whether it was spent from the lease (seed, n). The
 // request path: no syscall.
-func (j *journal) grant(flags byte, p core.Policy, key string, seed core.Seed, id string, cost, at, n int64) {
+func (j *journal) grant(flags byte, p core.Policy, key string, seed driver.Seed, id string, cost, at, n int64) {
 	j.mu.Lock()
 	c := &j.coal
 	if c.off >= 0 && id == "" && flags == c.flags && n == c.n && seed == c.seed && at-c.start < coalesceMicros &&
@@ -1052,7 +1053,7 @@ func (j *journal) reset(typ byte, skey, id string) {
 }
 
 // sealed records a batch the outage log just sealed. The log's lock is held.
-func (j *journal) sealed(b *core.Batch) {
+func (j *journal) sealed(b *driver.Batch) {
 	j.mu.Lock()
 	j.coal.off = -1
 	j.enc.sealed(j.enc.policy(b.Policy), b)
@@ -1060,7 +1061,7 @@ func (j *journal) sealed(b *core.Batch) {
 }
 
 // acked records the batches whose error is nil as acknowledged.
-func (j *journal) acked(batches []core.Batch, errs []error) {
+func (j *journal) acked(batches []driver.Batch, errs []error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	n := 0
@@ -1272,14 +1273,14 @@ func (j *journal) stopFlusher() {
 // savedBatch is a batch in the outage log file (JSON) that Close wrote
 // before the journal; New still reads one.
 type savedBatch struct {
-	ID         string       `json:"id"`
-	Key        string       `json:"key"`
-	Policy     string       `json:"policy"`
-	Algorithm  string       `json:"algorithm"`
-	Limit      int64        `json:"limit"`
-	IntervalUS int64        `json:"interval_us"`
-	Seed       core.Seed    `json:"seed"`
-	Grants     []core.Grant `json:"grants"`
+	ID         string         `json:"id"`
+	Key        string         `json:"key"`
+	Policy     string         `json:"policy"`
+	Algorithm  string         `json:"algorithm"`
+	Limit      int64          `json:"limit"`
+	IntervalUS int64          `json:"interval_us"`
+	Seed       driver.Seed    `json:"seed"`
+	Grants     []driver.Grant `json:"grants"`
 }
 
 // readLegacyState reads the outage log an earlier holdfast saved as JSON,
@@ -1302,31 +1303,31 @@ func readLegacyState(path string, st *jstate) error {
 		if err != nil {
 			return fmt.Errorf("fallback: state file %s: %w", path, err)
 		}
-		p, err := core.NewPolicy(s.Policy, alg, s.Limit, time.Duration(s.IntervalUS)*time.Microsecond)
+		p, err := driver.NewPolicy(s.Policy, alg, s.Limit, time.Duration(s.IntervalUS)*time.Microsecond)
 		if err != nil {
 			return fmt.Errorf("fallback: state file %s: %w", path, err)
 		}
 		if _, dup := st.sealed[s.ID]; !dup {
 			st.order = append(st.order, s.ID)
 		}
-		st.sealed[s.ID] = &core.Batch{ID: s.ID, Key: s.Key, Policy: p, Seed: s.Seed, Grants: s.Grants}
+		st.sealed[s.ID] = &driver.Batch{ID: s.ID, Key: s.Key, Policy: p, Seed: s.Seed, Grants: s.Grants}
 	}
 	return nil
 }
 
 // journalGrant records a grant in the state dir's journal, if there is one.
-func (l *cell) journalGrant(flags byte, p core.Policy, key string, seed core.Seed, id string, cost, at, n int64) {
+func (l *cell) journalGrant(flags byte, p core.Policy, key string, seed driver.Seed, id string, cost, at, n int64) {
 	if l.jnl != nil {
 		l.jnl.grant(flags, p, key, seed, id, cost, at, n)
 	}
 }
 
 // leaseTTL is how long a restored key's state is kept: twice its policy's
-// quota window (core.Quotaer; else its interval), scaled up when the share
+// quota window (driver.Quotaer; else its interval), scaled up when the share
 // of n instances is one unit, plus a second.
 func leaseTTL(p core.Policy, n int64) int64 {
 	units, w := p.Limit(), p.Interval()
-	if q, ok := p.Algorithm().(core.Quotaer); ok {
+	if q, ok := p.Algorithm().(driver.Quotaer); ok {
 		units, w = q.Quota(p)
 	}
 	ttl := 2 * w.Microseconds()

@@ -19,12 +19,13 @@ import (
 	"github.com/holdfast/holdfast/algorithms/slidingwindow"
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 )
 
 // deadStore is a Redis that is down.
 type deadStore struct{}
 
-func (deadStore) Run(context.Context, *core.Script, []string, []string) ([]int64, error) {
+func (deadStore) Run(context.Context, *driver.Script, []string, []string) ([]int64, error) {
 	return nil, core.ErrStoreUnavailable
 }
 
@@ -130,7 +131,7 @@ func TestJournalTruncatedAnywhere(t *testing.T) {
 			l.log.ack(batches, errs)
 		case 30:
 			now := clk.us.Load()
-			l.jnl.known(tb, core.StorageKey(l.o.Prefix, "tb", "k9"), known{seed: core.Seed{Value: 7, At: now}, at: now})
+			l.jnl.known(tb, driver.StorageKey(l.o.Prefix, "tb", "k9"), known{seed: driver.Seed{Value: 7, At: now}, at: now})
 		}
 		flush()
 	}
@@ -431,7 +432,7 @@ func TestJournalCompacts(t *testing.T) {
 func TestJournalReadsOldStateFile(t *testing.T) {
 	dir := t.TempDir()
 	old := []savedBatch{{ID: "j1:abcd1234:7", Key: "hf:{tb:k}", Policy: "tb", Algorithm: tokenbucket.Name, Limit: 10, IntervalUS: 100_000,
-		Grants: []core.Grant{{Cost: 2, At: 1_700_000_000_000_000}, {Cost: 1, At: 1_700_000_000_100_000}}}}
+		Grants: []driver.Grant{{Cost: 2, At: 1_700_000_000_000_000}, {Cost: 1, At: 1_700_000_000_100_000}}}}
 	data, _ := json.Marshal(old)
 	legacy := filepath.Join(dir, "holdfast-j1.outage-log.json")
 	if err := os.WriteFile(legacy, data, 0o600); err != nil {
@@ -459,7 +460,7 @@ func BenchmarkJournalAppend(b *testing.B) {
 	for _, bc := range journalBenchCases() {
 		b.Run(bc.name, func(b *testing.B) {
 			l := degraded(b, b.TempDir(), Options{})
-			seed := core.Seed{Value: 5_000_000, At: 1_700_000_000_000_000}
+			seed := driver.Seed{Value: 5_000_000, At: 1_700_000_000_000_000}
 			at := clockMicros()
 			i := 0
 			for b.Loop() {
@@ -484,7 +485,7 @@ func BenchmarkJournalFlush(b *testing.B) {
 	for _, bc := range journalBenchCases() {
 		b.Run(bc.name, func(b *testing.B) {
 			l := degraded(b, b.TempDir(), Options{})
-			seed := core.Seed{Value: 5_000_000, At: 1_700_000_000_000_000}
+			seed := driver.Seed{Value: 5_000_000, At: 1_700_000_000_000_000}
 			at := clockMicros()
 			i := 0
 			for b.Loop() {
@@ -522,7 +523,7 @@ func journalBenchCases() []journalBench {
 	}
 	ids := make([]string, 1024)
 	for i := range ids {
-		ids[i] = core.NewRequestID()
+		ids[i] = driver.NewRequestID()
 	}
 	return []journalBench{
 		{"token_bucket_hot_key", tb, keys[:1], []string{""}},

@@ -4,27 +4,28 @@ import (
 	"unsafe"
 
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 )
 
 // keyState is what an instance remembers of one key: the last state Redis
 // reported (known) and, during an outage, its lease: the local share of the
 // key's quota that it enforces alone. What a state means is the
-// algorithm's: its core.Leaser reads a reply and makes the lease.
+// algorithm's: its driver.Leaser reads a reply and makes the lease.
 type keyState struct {
 	known  known
 	leased bool  // a lease exists
 	last   int64 // store time of the lease's last decision
-	lease  core.Lease
-	seed   core.Seed  // known state when the lease began, for reconciliation
-	deny   denial     // the last Redis denial, answered from memory until its retry time
-	live   *liveGrant // the key's live outage log entry, if any (a coalescing algorithm)
+	lease  driver.Lease
+	seed   driver.Seed // known state when the lease began, for reconciliation
+	deny   denial      // the last Redis denial, answered from memory until its retry time
+	live   *liveGrant  // the key's live outage log entry, if any (a coalescing algorithm)
 }
 
 // known is the key's state in the last Redis reply, as its algorithm reads
-// it (core.Leaser.Observe); at is the reply's Redis time, zero when
+// it (driver.Leaser.Observe); at is the reply's Redis time, zero when
 // nothing is known.
 type known struct {
-	seed core.Seed
+	seed driver.Seed
 	at   int64
 }
 
@@ -38,8 +39,8 @@ func (k *keyState) Size() int64 {
 }
 
 // observe records a Redis reply to a request of cost units of policy p.
-func (k *keyState) observe(p core.Policy, cost int64, r core.Reply) {
-	if lr, ok := p.Algorithm().(core.Leaser); ok {
+func (k *keyState) observe(p core.Policy, cost int64, r driver.Reply) {
+	if lr, ok := p.Algorithm().(driver.Leaser); ok {
 		k.known = known{seed: lr.Observe(p, k.known.seed, cost, r), at: r.Now}
 	}
 }
@@ -49,22 +50,22 @@ func (k *keyState) observe(p core.Policy, cost int64, r core.Reply) {
 func share(limit, n int64) int64 { return max(limit/n, 1) }
 
 // coalesces reports whether p's grants may be logged as one of their
-// summed cost at the latest of their times (core.Replayer.Coalesces).
+// summed cost at the latest of their times (driver.Replayer.Coalesces).
 func coalesces(p core.Policy) bool {
-	rp, ok := p.Algorithm().(core.Replayer)
+	rp, ok := p.Algorithm().(driver.Replayer)
 	return ok && rp.Coalesces()
 }
 
 // outdated reports whether a grant of p made at store time at no longer
-// counts at now (core.Replayer.Outdated).
+// counts at now (driver.Replayer.Outdated).
 func outdated(p core.Policy, at, now int64) bool {
-	rp, ok := p.Algorithm().(core.Replayer)
+	rp, ok := p.Algorithm().(driver.Replayer)
 	return ok && rp.Outdated(p, at, now)
 }
 
 // decideLease makes a local decision of cost units under the instance's
 // 1/n share of policy p and reports it as a Reply in units of the share; ok
-// is false when p's algorithm has no lease (it is not a core.Leaser), and
+// is false when p's algorithm has no lease (it is not a driver.Leaser), and
 // the request is then denied.
 //
 // A lease starts from the known state, and goes on (refilling as a bucket or
@@ -72,10 +73,10 @@ func outdated(p core.Policy, at, now int64) bool {
 // across an outage, its recovery and even the next outage when no Redis
 // reply came in between. Restarting it from a known state older than its own
 // decisions would hand out again what it granted meanwhile.
-func (k *keyState) decideLease(p core.Policy, n, now, cost int64) (core.Reply, bool) {
+func (k *keyState) decideLease(p core.Policy, n, now, cost int64) (driver.Reply, bool) {
 	if !k.leased || k.known.at > k.last || k.lease == nil {
 		if !k.startLease(p, now) {
-			return core.Reply{RetryAfter: p.Interval().Microseconds(), Now: now}, false
+			return driver.Reply{RetryAfter: p.Interval().Microseconds(), Now: now}, false
 		}
 	}
 	k.leased, k.last = true, max(k.last, now)
@@ -87,11 +88,11 @@ func (k *keyState) decideLease(p core.Policy, n, now, cost int64) (core.Reply, b
 // (keyState.charge) starts a restored lease the same way. It reports false
 // when p's algorithm has no lease.
 func (k *keyState) startLease(p core.Policy, now int64) bool {
-	lr, ok := p.Algorithm().(core.Leaser)
+	lr, ok := p.Algorithm().(driver.Leaser)
 	if !ok {
 		return false
 	}
-	k.seed = core.Seed{}
+	k.seed = driver.Seed{}
 	if k.known.at > 0 {
 		k.seed = k.known.seed
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/holdfast/holdfast/algorithms/slidingwindow"
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 )
 
 const ms = int64(time.Millisecond / time.Microsecond)
@@ -52,14 +53,14 @@ func TestLeaseTokenBucketUnseenKey(t *testing.T) {
 func TestLeaseTokenBucketFromKnownState(t *testing.T) {
 	p, _ := tokenbucket.Policy("tb", 20, 5) // T = 200 ms
 	k := &keyState{}
-	k.observe(p, 1, core.Reply{Allowed: true, Remaining: 8, ResetAfter: 12 * 200 * ms, Now: 1})
+	k.observe(p, 1, driver.Reply{Allowed: true, Remaining: 8, ResetAfter: 12 * 200 * ms, Now: 1})
 	runLease(t, k, p, 4, []leaseStep{
 		{1, 1, true, 1, 0},
 		{1, 1, true, 0, 0},
 		{1, 1, false, 0, 800 * ms},
 		{1 + 800*ms, 1, true, 0, 0},
 	})
-	if k.seed != (core.Seed{Value: 8 * 200 * ms, At: 1}) {
+	if k.seed != (driver.Seed{Value: 8 * 200 * ms, At: 1}) {
 		t.Fatalf("seed %+v, want the known credit", k.seed)
 	}
 }
@@ -80,7 +81,7 @@ func TestLeaseSlidingWindow(t *testing.T) {
 	k := &keyState{}
 	// Redis admitted at -500ms leaving 4: 6 units, the newest at -500ms.
 	const t0 = 10_000 * ms
-	k.observe(p, 1, core.Reply{Allowed: true, Remaining: 4, ResetAfter: 1000 * ms, Now: t0 - 500*ms})
+	k.observe(p, 1, driver.Reply{Allowed: true, Remaining: 4, ResetAfter: 1000 * ms, Now: t0 - 500*ms})
 	runLease(t, k, p, 4, []leaseStep{
 		{t0, 1, true, 0, 0},
 		{t0 + 100*ms, 1, false, 0, 400 * ms}, // the carried-in 6 leave at 500 ms
@@ -110,12 +111,12 @@ func TestLeaseRestartsFromFresherRedisView(t *testing.T) {
 		t.Fatal("admitted beyond the share of 2")
 	}
 	// An older Redis view does not restart it.
-	k.observe(p, 1, core.Reply{Allowed: true, Remaining: 4, ResetAfter: 0, Now: 5})
+	k.observe(p, 1, driver.Reply{Allowed: true, Remaining: 4, ResetAfter: 0, Now: 5})
 	if r, _ := k.decideLease(p, 2, 30, 1); r.Allowed {
 		t.Fatal("a Redis view older than the lease restarted it")
 	}
 	// A newer one does: Redis says 4 tokens, 2 of them this instance's.
-	k.observe(p, 1, core.Reply{Allowed: true, Remaining: 4, ResetAfter: 0, Now: 40})
+	k.observe(p, 1, driver.Reply{Allowed: true, Remaining: 4, ResetAfter: 0, Now: 40})
 	if r, _ := k.decideLease(p, 2, 50, 1); !r.Allowed {
 		t.Fatal("a newer Redis view did not restart the lease")
 	}
@@ -126,16 +127,16 @@ func TestOutageLogBound(t *testing.T) {
 	sw, _ := slidingwindow.Policy("sw", 100, time.Second)
 	g := newOutageLog("app1:x", "hf:", 4)
 	for i := range 3 {
-		if err := g.add("a", tb, core.Seed{}, core.Grant{Cost: 1, At: int64(i) * ms}); err != nil {
+		if err := g.add("a", tb, driver.Seed{}, driver.Grant{Cost: 1, At: int64(i) * ms}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := g.add("b", sw, core.Seed{}, core.Grant{ID: "old", Cost: 1, At: 0}); err != nil {
+	if err := g.add("b", sw, driver.Seed{}, driver.Grant{ID: "old", Cost: 1, At: 0}); err != nil {
 		t.Fatal(err)
 	}
 	// Full: compaction merges a's three grants into one (cost 3 at the
 	// latest time) and drops b's grant, which has left its window.
-	if err := g.add("b", sw, core.Seed{}, core.Grant{ID: "new", Cost: 1, At: 2000 * ms}); err != nil {
+	if err := g.add("b", sw, driver.Seed{}, driver.Grant{ID: "new", Cost: 1, At: 2000 * ms}); err != nil {
 		t.Fatalf("after compaction: %v", err)
 	}
 	if g.pending() != 2 {
@@ -147,9 +148,9 @@ func TestOutageLogBound(t *testing.T) {
 	}
 	// Nothing more can be compacted: the log refuses rather than forgets.
 	for _, id := range []string{"n1", "n2"} {
-		_ = g.add("c", sw, core.Seed{}, core.Grant{ID: id, Cost: 1, At: 2000 * ms})
+		_ = g.add("c", sw, driver.Seed{}, driver.Grant{ID: id, Cost: 1, At: 2000 * ms})
 	}
-	if err := g.add("c", sw, core.Seed{}, core.Grant{ID: "n3", Cost: 1, At: 2000 * ms}); !errors.Is(err, ErrLogFull) {
+	if err := g.add("c", sw, driver.Seed{}, driver.Grant{ID: "n3", Cost: 1, At: 2000 * ms}); !errors.Is(err, ErrLogFull) {
 		t.Fatalf("err = %v, want ErrLogFull", err)
 	}
 	// A failed batch keeps its ID for the retry; an acknowledged one goes.
@@ -170,8 +171,8 @@ func TestOutageLogSealBounds(t *testing.T) {
 	sw, _ := slidingwindow.Policy("sw", 100_000, time.Minute)
 	g := newOutageLog("app1:x", "hf:", 1<<20)
 	for i := range 3000 {
-		_ = g.add("hot", tb, core.Seed{}, core.Grant{Cost: 1, At: 1_000_000 + int64(i)})
-		_ = g.add("win", sw, core.Seed{}, core.Grant{ID: fmt.Sprint(i), Cost: 1, At: 1_000_000 + int64(i)})
+		_ = g.add("hot", tb, driver.Seed{}, driver.Grant{Cost: 1, At: 1_000_000 + int64(i)})
+		_ = g.add("win", sw, driver.Seed{}, driver.Grant{ID: fmt.Sprint(i), Cost: 1, At: 1_000_000 + int64(i)})
 	}
 	batches := g.seal()
 	var hot, win, total int
@@ -212,7 +213,7 @@ func TestOutageLogCoalescesOnAdd(t *testing.T) {
 		if i%7 == 3 {
 			at -= 300 // out of order, as concurrent callers log
 		}
-		if err := g.add("hot", tb, core.Seed{}, core.Grant{Cost: 2, At: at}); err != nil {
+		if err := g.add("hot", tb, driver.Seed{}, driver.Grant{Cost: 2, At: at}); err != nil {
 			t.Fatalf("grant %d: %v", i, err)
 		}
 		latest[at/ms] = max(latest[at/ms], at)
@@ -221,7 +222,7 @@ func TestOutageLogCoalescesOnAdd(t *testing.T) {
 		t.Fatalf("pending %d after 10000 grants over 5 ms, want 5", got)
 	}
 	for i := range 3 {
-		if err := g.add("win", sw, core.Seed{}, core.Grant{ID: fmt.Sprint(i), Cost: 1, At: 1_000_000}); err != nil {
+		if err := g.add("win", sw, driver.Seed{}, driver.Grant{ID: fmt.Sprint(i), Cost: 1, At: 1_000_000}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -293,7 +294,7 @@ func TestOutageLogLiveGrantsCountOnce(t *testing.T) {
 				cost := int64(1 + i%3)
 				if k.live == nil || !k.live.add(cost, k.at) {
 					var err error
-					if k.live, err = g.addParts(name, tb, core.Seed{}, core.Grant{Cost: cost, At: k.at}); err != nil {
+					if k.live, err = g.addParts(name, tb, driver.Seed{}, driver.Grant{Cost: cost, At: k.at}); err != nil {
 						t.Error(err)
 					}
 				}
@@ -353,6 +354,6 @@ func TestInstanceCountShrinksAfterHolding(t *testing.T) {
 // stubStore is a store that is never reached.
 type stubStore struct{}
 
-func (stubStore) Run(context.Context, *core.Script, []string, []string) ([]int64, error) {
+func (stubStore) Run(context.Context, *driver.Script, []string, []string) ([]int64, error) {
 	return nil, core.ErrStoreUnavailable
 }

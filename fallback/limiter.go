@@ -16,6 +16,7 @@ import (
 
 	"github.com/holdfast/holdfast/backend/memory"
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 	"github.com/holdfast/holdfast/internal/clock"
 	"github.com/holdfast/holdfast/reconcile"
 )
@@ -151,7 +152,7 @@ type Options struct {
 	// its limit then costs no Redis round trip).
 	NoDenialMemory bool
 	// NewID returns a unique request id for an algorithm that needs one
-	// (a sliding window's member). nil means core.NewRequestID.
+	// (a sliding window's member). nil means driver.NewRequestID.
 	NewID func() string
 	// Logger receives breaker transitions and reconciliations. nil means
 	// slog.Default().
@@ -193,7 +194,7 @@ type Limiter struct {
 // shard, through the store while its breaker is closed and with its leases
 // while it is not.
 type cell struct {
-	store   core.Store
+	store   driver.Store
 	o       Options
 	breaker *Breaker
 	leases  *memory.Store
@@ -251,7 +252,7 @@ var membersSource string
 
 var _ core.Decider = (*Limiter)(nil)
 
-var membersScript = core.NewScript("members", membersSource, membersLocal)
+var membersScript = driver.NewScript("members", membersSource, membersLocal)
 
 // membersLocal is the membership script's Go twin, for a store in this
 // process (the memory backend): this instance is the only one.
@@ -260,7 +261,7 @@ func membersLocal(_ any, now int64, _ []string) (any, []int64, int64, error) {
 }
 
 // leaveScript takes an instance out of the membership set.
-var leaveScript = core.NewScript("members_leave", "return {redis.call('ZREM', KEYS[1], ARGV[1])}",
+var leaveScript = driver.NewScript("members_leave", "return {redis.call('ZREM', KEYS[1], ARGV[1])}",
 	func(any, int64, []string) (any, []int64, int64, error) { return nil, []int64{1}, 0, nil })
 
 // leave takes this instance out of the membership set, if Redis is
@@ -279,13 +280,13 @@ func (l *cell) leave() {
 
 // New returns a Limiter over store, which should be a Redis backend.
 //
-// On Redis Cluster (a store implementing core.Sharded) the Limiter keeps one
+// On Redis Cluster (a store implementing driver.Sharded) the Limiter keeps one
 // circuit breaker, outage log, membership and recovery per shard, once Start
 // has read the topology: a failed master sends only its own keys to local
 // leases while the other shards keep deciding through Redis. Until the
 // topology is known (Redis unreachable at Start), one breaker covers the
 // whole store.
-func New(store core.Store, o Options) (*Limiter, error) {
+func New(store driver.Store, o Options) (*Limiter, error) {
 	if store == nil {
 		return nil, errors.New("fallback: nil store")
 	}
@@ -314,7 +315,7 @@ func New(store core.Store, o Options) (*Limiter, error) {
 // newCell builds the cell of the whole store (tag "") or of one shard,
 // whose membership and barrier keys carry the hash tag tag; changed is told
 // its breaker's transitions.
-func newCell(store core.Store, o Options, tag string, changed func(from, to State)) (*cell, error) {
+func newCell(store driver.Store, o Options, tag string, changed func(from, to State)) (*cell, error) {
 	l := &cell{store: store, o: o, tag: tag, changed: changed, flushNow: make(chan struct{}, 1)}
 	l.members, l.barrier = o.Prefix+"{members}", o.Prefix+"{recovery}"
 	if tag != "" {
@@ -326,7 +327,7 @@ func newCell(store core.Store, o Options, tag string, changed func(from, to Stat
 	}
 	l.instances.Store(int64(o.ExpectedInstances))
 	l.sharedMode = core.ModeRedis
-	if core.IsLocal(store) {
+	if driver.IsLocal(store) {
 		l.sharedMode = core.ModeLocal // a memory store: nothing is shared
 	}
 	leases, err := memory.New(memory.Options{MaxBytes: o.LeaseBytes, Micros: l.storeMicros})
@@ -438,7 +439,7 @@ func (o *Options) defaults() error {
 		o.Logger = slog.Default()
 	}
 	if o.NewID == nil {
-		o.NewID = core.NewRequestID
+		o.NewID = driver.NewRequestID
 	}
 	return nil
 }
@@ -490,7 +491,7 @@ func (l *Limiter) Start(ctx context.Context) error {
 	if err := l.cell.start(ctx); err != nil {
 		return err
 	}
-	if sh := core.ShardedOf(l.store); sh != nil {
+	if sh := driver.ShardedOf(l.store); sh != nil {
 		l.startShards(ctx, sh)
 	}
 	return nil
@@ -565,7 +566,7 @@ func (l *Limiter) Allow(ctx context.Context, p core.Policy, key string) (core.Re
 // the breaker is closed Redis decides; otherwise, or when the call fails,
 // this instance decides alone with its share of the quota (Result.Degraded).
 func (l *Limiter) AllowN(ctx context.Context, p core.Policy, key string, cost int64) (core.Result, error) {
-	if err := core.CheckRequest(p, key, cost); err != nil {
+	if err := driver.CheckRequest(p, key, cost); err != nil {
 		return core.Result{}, err
 	}
 	if err := l.usable(); err != nil {
@@ -596,7 +597,7 @@ func (l *cell) decide(ctx context.Context, p core.Policy, key string, cost int64
 		// The store could not decide: an outage to the breaker, and the
 		// request is decided locally by its outage mode. If the call failed
 		// after it was sent with no reply, Redis may yet run it; the
-		// deadline guard (core.NewDecisionScript) refuses it then, so only
+		// deadline guard (driver.NewDecisionScript) refuses it then, so only
 		// a reply in flight at the deadline can leave it counted twice
 		// (under-admission of one request). A sliding window grant keeps
 		// the same request id, so there the replay adds it once anyway.
@@ -606,35 +607,35 @@ func (l *cell) decide(ctx context.Context, p core.Policy, key string, cost int64
 
 // remote decides through the store under the breaker's call deadline,
 // which the call carries in Redis time once the clock offset is known.
-func (l *cell) remote(ctx context.Context, gen uint64, p core.Policy, key string, cost int64, id string) (core.Result, core.Reply, error) {
-	skey := core.StorageKey(l.o.Prefix, p.Name(), key)
+func (l *cell) remote(ctx context.Context, gen uint64, p core.Policy, key string, cost int64, id string) (core.Result, driver.Reply, error) {
+	skey := driver.StorageKey(l.o.Prefix, p.Name(), key)
 	timeout := l.breaker.CallTimeout()
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	start := l.o.Clock()
 	args := p.Algorithm().Args(p, cost, id, 0)
 	if l.offsetKnown.Load() {
-		args = append(args, core.DeadlineArg(start.UnixMicro()+timeout.Microseconds()+l.offset.Load()))
+		args = append(args, driver.DeadlineArg(start.UnixMicro()+timeout.Microseconds()+l.offset.Load()))
 	}
 	raw, err := l.store.Run(cctx, p.Algorithm().Script(), []string{skey}, args)
 	took := l.o.Clock().Sub(start)
 	cancel()
 	if err == nil {
-		var rep core.Reply
-		if rep, err = core.ParseReply(raw); err == nil {
+		var rep driver.Reply
+		if rep, err = driver.ParseReply(raw); err == nil {
 			l.breaker.Done(gen, nil, took)
 			l.observe(skey, p, cost, start, rep)
 			return core.ResultOf(p.Limit(), rep, l.sharedMode, false), rep, nil
 		}
 	}
 	if ctx.Err() != nil {
-		return core.Result{}, core.Reply{}, ctx.Err() // the caller gave up: not the store's fault
+		return core.Result{}, driver.Reply{}, ctx.Err() // the caller gave up: not the store's fault
 	}
 	if core.ClassOf(err) == core.ClassRequest {
 		l.breaker.Done(gen, nil, took) // Redis answered: the request is wrong
-		return core.Result{}, core.Reply{}, err
+		return core.Result{}, driver.Reply{}, err
 	}
 	l.storeFailed(gen, err, took)
-	return core.Result{}, core.Reply{}, err
+	return core.Result{}, driver.Reply{}, err
 }
 
 // storeFailed reports a failed store call made in breaker generation gen:
@@ -676,7 +677,7 @@ type storeFault struct {
 
 // observe records the Redis reply to a request of cost sent at sent: the
 // clock offset, the key's known state and, for a denial, the denial.
-func (l *cell) observe(skey string, p core.Policy, cost int64, sent time.Time, rep core.Reply) {
+func (l *cell) observe(skey string, p core.Policy, cost int64, sent time.Time, rep driver.Reply) {
 	l.setOffset(rep.Now)
 	l.leases.Update(skey, func(prev any, _ int64) (any, int64) {
 		ks, _ := prev.(*keyState)
@@ -698,18 +699,18 @@ func (l *cell) local(ctx context.Context, p core.Policy, key string, cost int64,
 	case FailClosed:
 		return core.Result{Limit: p.Limit(), RetryAfter: l.breaker.ProbeInterval(), Mode: core.ModeFailClosed, Degraded: true}, nil
 	case FailOpen:
-		g := core.Grant{ID: id, Cost: cost, At: l.storeMicros()}
-		if _, err := l.log.addParts(key, p, core.Seed{}, g); err != nil {
+		g := driver.Grant{ID: id, Cost: cost, At: l.storeMicros()}
+		if _, err := l.log.addParts(key, p, driver.Seed{}, g); err != nil {
 			return core.Result{Limit: p.Limit(), RetryAfter: time.Second, Mode: core.ModeFailOpen, Degraded: true}, nil
 		}
-		l.journalGrant(grantLogged, p, key, core.Seed{}, id, cost, g.At, 1)
+		l.journalGrant(grantLogged, p, key, driver.Seed{}, id, cost, g.At, 1)
 		return core.Result{Allowed: true, Limit: p.Limit(), Remaining: p.Limit(), Mode: core.ModeFailOpen, Degraded: true}, nil
 	}
 	n := l.instances.Load()
 	// While recovering, a grant is replayed at once (below), not logged.
 	confirming := l.confirming.Load() && l.breaker.State() == Reconciling
-	var rep core.Reply
-	var seed core.Seed
+	var rep driver.Reply
+	var seed driver.Seed
 	var logged bool
 	var logErr error
 	l.leases.UpdateParts(l.o.Prefix, p.Name(), key, func(prev any, now int64) (any, int64) {
@@ -724,7 +725,7 @@ func (l *cell) local(ctx context.Context, p core.Policy, key string, cost int64,
 			// key's live log entry without the log's lock when it can.
 			logged = true
 			if ks.live == nil || !ks.live.add(cost, rep.Now) {
-				ks.live, logErr = l.log.addParts(key, p, seed, core.Grant{ID: id, Cost: cost, At: rep.Now})
+				ks.live, logErr = l.log.addParts(key, p, seed, driver.Grant{ID: id, Cost: cost, At: rep.Now})
 			}
 			if logErr == nil {
 				l.journalGrant(grantLogged|grantLeased, p, key, seed, id, cost, rep.Now, n)
@@ -739,9 +740,9 @@ func (l *cell) local(ctx context.Context, p core.Policy, key string, cost int64,
 		// in the outage log until after the switch back to Redis.
 		// Bounded by the call deadline like any decision through Redis; if
 		// it fails the grant goes to the outage log (at worst counted twice).
-		b := core.Batch{ID: l.log.nextID(), Key: core.StorageKey(l.o.Prefix, p.Name(), key), Policy: p, Seed: seed, Grants: []core.Grant{{ID: id, Cost: cost, At: rep.Now}}}
+		b := driver.Batch{ID: l.log.nextID(), Key: driver.StorageKey(l.o.Prefix, p.Name(), key), Policy: p, Seed: seed, Grants: []driver.Grant{{ID: id, Cost: cost, At: rep.Now}}}
 		cctx, cancel := context.WithTimeout(ctx, l.breaker.CallTimeout())
-		errs := l.rec.Reconcile(cctx, l.store, []core.Batch{b})
+		errs := l.rec.Reconcile(cctx, l.store, []driver.Batch{b})
 		cancel()
 		if errs[0] == nil {
 			l.journalGrant(grantLeased, p, key, seed, id, cost, rep.Now, n)

@@ -10,6 +10,7 @@ import (
 	"github.com/holdfast/holdfast/algorithms/slidingwindow"
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 	"github.com/holdfast/holdfast/internal/redistest"
 )
 
@@ -21,7 +22,7 @@ type spendCounter struct {
 	admits, refunded atomic.Int64
 }
 
-func (s *spendCounter) count(sc *core.Script, keys []string, r []int64) {
+func (s *spendCounter) count(sc *driver.Script, keys []string, r []int64) {
 	if len(keys) > 0 && keys[0] == s.key && len(r) > 0 && r[0] == 1 {
 		switch sc.Name() {
 		case tokenbucket.Name:
@@ -59,10 +60,10 @@ func TestAllowAllFourInstances(t *testing.T) {
 			sec := must(tokenbucket.Policy("msec"+tc.name, 10, 10))
 			perMin := must(slidingwindow.Policy("mmin"+tc.name, 50, time.Minute))
 			key := "client"
-			skey := core.StorageKey("hf:", sec.Name(), key)
+			skey := driver.StorageKey("hf:", sec.Name(), key)
 			counter := &spendCounter{key: skey}
 			var stores []*gate
-			in := startInstancesWith(t, []string{tc.url, tc.url, tc.url, tc.url}, "", callTimeout, func(url string) core.Store {
+			in := startInstancesWith(t, []string{tc.url, tc.url, tc.url, tc.url}, "", callTimeout, func(url string) driver.Store {
 				g := &gate{Store: newStore(t, "goredis", url), count: counter.count}
 				stores = append(stores, g)
 				return gated(g, len(stores) == 2)

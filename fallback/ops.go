@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 )
 
 // Peek, Reset and AllowAll on the fallback limiter: the same operations as
@@ -31,12 +32,12 @@ func (l *Limiter) cellOf(p core.Policy, key string) *cell {
 // deadline (carried in Redis time by a guarded script once the offset is
 // known), in breaker generation gen, and reports the outcome to the
 // breaker as a decision's is.
-func (l *cell) call(ctx context.Context, gen uint64, sc *core.Script, keys, args []string) ([]int64, error) {
+func (l *cell) call(ctx context.Context, gen uint64, sc *driver.Script, keys, args []string) ([]int64, error) {
 	timeout := l.breaker.CallTimeout()
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	start := l.o.Clock()
 	if sc.Guarded() && l.offsetKnown.Load() {
-		args = append(args[:len(args):len(args)], core.DeadlineArg(start.UnixMicro()+timeout.Microseconds()+l.offset.Load()))
+		args = append(args[:len(args):len(args)], driver.DeadlineArg(start.UnixMicro()+timeout.Microseconds()+l.offset.Load()))
 	}
 	raw, err := l.store.Run(cctx, sc, keys, args)
 	took := l.o.Clock().Sub(start)
@@ -62,29 +63,29 @@ func (l *Limiter) Peek(ctx context.Context, p core.Policy, key string, cost int6
 	if ctx == nil {
 		return core.Result{}, core.ErrNilContext
 	}
-	if err := core.CheckRequest(p, key, cost); err != nil {
+	if err := driver.CheckRequest(p, key, cost); err != nil {
 		return core.Result{}, err
 	}
 	if err := l.usable(); err != nil {
 		return core.Result{}, err
 	}
-	pk, ok := p.Algorithm().(core.Peeker)
+	pk, ok := p.Algorithm().(driver.Peeker)
 	if !ok {
-		return core.Result{}, core.Errorf(core.ErrInvalidPolicy, "algorithm %s cannot peek", p.Algorithm().Name())
+		return core.Result{}, driver.Errorf(core.ErrInvalidPolicy, "algorithm %s cannot peek", p.Algorithm().Name())
 	}
 	return l.cellOf(p, key).peek(ctx, pk, p, key, cost)
 }
 
-func (l *cell) peek(ctx context.Context, pk core.Peeker, p core.Policy, key string, cost int64) (core.Result, error) {
+func (l *cell) peek(ctx context.Context, pk driver.Peeker, p core.Policy, key string, cost int64) (core.Result, error) {
 	if gen, closed := l.breaker.Allow(); closed {
 		var id string
 		if p.Algorithm().NeedsID() {
 			id = l.o.NewID()
 		}
-		raw, err := l.call(ctx, gen, pk.PeekScript(), []string{core.StorageKey(l.o.Prefix, p.Name(), key)}, p.Algorithm().Args(p, cost, id, 0))
+		raw, err := l.call(ctx, gen, pk.PeekScript(), []string{driver.StorageKey(l.o.Prefix, p.Name(), key)}, p.Algorithm().Args(p, cost, id, 0))
 		if err == nil {
-			var rep core.Reply
-			if rep, err = core.ParseReply(raw); err == nil {
+			var rep driver.Reply
+			if rep, err = driver.ParseReply(raw); err == nil {
 				l.setOffset(rep.Now)
 				return core.ResultOf(p.Limit(), rep, l.sharedMode, false), nil
 			}
@@ -114,7 +115,7 @@ func (l *cell) localPeek(p core.Policy, key string, cost int64) core.Result {
 		return core.Result{Allowed: true, Limit: p.Limit(), Remaining: p.Limit(), Mode: core.ModeFailOpen, Degraded: true}
 	}
 	n := l.instances.Load()
-	var rep core.Reply
+	var rep driver.Reply
 	l.leases.UpdateParts(l.o.Prefix, p.Name(), key, func(prev any, now int64) (any, int64) {
 		var cp keyState
 		if ks, _ := prev.(*keyState); ks != nil {
@@ -131,8 +132,8 @@ func (l *cell) localPeek(p core.Policy, key string, cost int64) core.Result {
 
 // cloneLease is a copy of lease, through its encoding: nil when it cannot
 // be read back (then decideLease starts a new one, from the known state).
-func cloneLease(p core.Policy, lease core.Lease) core.Lease {
-	lr, ok := p.Algorithm().(core.Leaser)
+func cloneLease(p core.Policy, lease driver.Lease) driver.Lease {
+	lr, ok := p.Algorithm().(driver.Leaser)
 	if !ok {
 		return nil
 	}
@@ -146,7 +147,7 @@ func cloneLease(p core.Policy, lease core.Lease) core.Lease {
 // resetOnceScript deletes KEYS[1] unless the marker KEYS[2] says this reset
 // was applied already: a reset made during an outage and retried after a
 // lost reply deletes what other instances replayed since only once.
-var resetOnceScript = core.NewScript("reset_once", `
+var resetOnceScript = driver.NewScript("reset_once", `
 if redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[1]) then
   redis.call('DEL', KEYS[1])
   return {1}
@@ -192,7 +193,7 @@ func (l *Limiter) Reset(ctx context.Context, p core.Policy, key string) error {
 	if ctx == nil {
 		return core.ErrNilContext
 	}
-	if err := core.CheckRequest(p, key, 1); err != nil {
+	if err := driver.CheckRequest(p, key, 1); err != nil {
 		return err
 	}
 	if err := l.usable(); err != nil {
@@ -202,7 +203,7 @@ func (l *Limiter) Reset(ctx context.Context, p core.Policy, key string) error {
 }
 
 func (l *cell) reset(ctx context.Context, p core.Policy, key string) error {
-	skey := core.StorageKey(l.o.Prefix, p.Name(), key)
+	skey := driver.StorageKey(l.o.Prefix, p.Name(), key)
 	// Under the replay's lock: no batch of the key is in flight while its
 	// grants are dropped and the key deleted.
 	l.reconMu.Lock()
@@ -215,7 +216,7 @@ func (l *cell) reset(ctx context.Context, p core.Policy, key string) error {
 		l.jnl.reset(recReset, skey, id)
 	}
 	if gen, closed := l.breaker.Allow(); closed {
-		_, err := l.call(ctx, gen, core.ResetScript(), []string{skey}, nil)
+		_, err := l.call(ctx, gen, driver.ResetScript(), []string{skey}, nil)
 		if err == nil || core.ClassOf(err) == core.ClassRequest || ctx.Err() != nil {
 			if l.jnl != nil {
 				l.jnl.reset(recResetDone, skey, id)
@@ -262,7 +263,7 @@ func (l *cell) applyResets(ctx context.Context) error {
 type charge struct {
 	cell   *cell
 	id     string
-	rep    core.Reply
+	rep    driver.Reply
 	remote bool
 }
 
@@ -353,7 +354,7 @@ func (l *Limiter) AllowAll(ctx context.Context, reqs ...core.Request) ([]core.Re
 
 // allowAllPipelined is AllowAll in one round trip: when every request goes
 // to one cell whose breaker is closed, over a store that pipelines
-// (core.Pipeliner), and no request repeats a remembered denial, it charges
+// (driver.Pipeliner), and no request repeats a remembered denial, it charges
 // them all at once and refunds the admitted ones if any denied (in a
 // second round trip). Each Result is then its request's own decision. ok
 // is false when it does not apply, or when a call failed in the store:
@@ -365,7 +366,7 @@ func (l *Limiter) allowAllPipelined(ctx context.Context, reqs []core.Request) ([
 			return nil, false, nil
 		}
 	}
-	pl, isPipe := c.store.(core.Pipeliner)
+	pl, isPipe := c.store.(driver.Pipeliner)
 	if !isPipe {
 		return nil, false, nil
 	}
@@ -382,13 +383,13 @@ func (l *Limiter) allowAllPipelined(ctx context.Context, reqs []core.Request) ([
 	}
 	n := len(reqs)
 	ch := make([]charge, n)
-	calls := make([]core.Call, n)
+	calls := make([]driver.Call, n)
 	skeys := make([]string, n)
 	timeout := c.breaker.CallTimeout()
 	start := c.o.Clock()
 	var deadline string
 	if c.offsetKnown.Load() {
-		deadline = core.DeadlineArg(start.UnixMicro() + timeout.Microseconds() + c.offset.Load())
+		deadline = driver.DeadlineArg(start.UnixMicro() + timeout.Microseconds() + c.offset.Load())
 	}
 	for i, q := range reqs {
 		alg := q.Policy.Algorithm()
@@ -400,8 +401,8 @@ func (l *Limiter) allowAllPipelined(ctx context.Context, reqs []core.Request) ([
 		if deadline != "" {
 			args = append(args, deadline)
 		}
-		skeys[i] = core.StorageKey(c.o.Prefix, q.Policy.Name(), q.Key)
-		calls[i] = core.Call{Script: alg.Script(), Keys: []string{skeys[i]}, Args: args}
+		skeys[i] = driver.StorageKey(c.o.Prefix, q.Policy.Name(), q.Key)
+		calls[i] = driver.Call{Script: alg.Script(), Keys: []string{skeys[i]}, Args: args}
 	}
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	res := pl.RunMany(cctx, calls)
@@ -413,8 +414,8 @@ func (l *Limiter) allowAllPipelined(ctx context.Context, reqs []core.Request) ([
 	for i, r := range res {
 		err := r.Err
 		if err == nil {
-			var rep core.Reply
-			if rep, err = core.ParseReply(r.Reply); err == nil {
+			var rep driver.Reply
+			if rep, err = driver.ParseReply(r.Reply); err == nil {
 				c.observe(skeys[i], reqs[i].Policy, reqs[i].Units(), start, rep)
 				rs[i] = core.ResultOf(reqs[i].Policy.Limit(), rep, c.sharedMode, false)
 				ch[i].rep, ch[i].remote = rep, rep.Allowed
@@ -456,14 +457,14 @@ func (l *Limiter) allowAllPipelined(ctx context.Context, reqs []core.Request) ([
 // breaker is closed: remote is false when Redis did not decide (the breaker
 // is not closed, or the call failed) and the request goes to the local
 // path. A remembered denial answers without a call.
-func (l *cell) chargeRemote(ctx context.Context, p core.Policy, key string, cost int64, id string) (core.Result, core.Reply, bool, error) {
+func (l *cell) chargeRemote(ctx context.Context, p core.Policy, key string, cost int64, id string) (core.Result, driver.Reply, bool, error) {
 	gen, closed := l.breaker.Allow()
 	if !closed {
-		return core.Result{}, core.Reply{}, false, nil
+		return core.Result{}, driver.Reply{}, false, nil
 	}
 	if !l.o.NoDenialMemory {
 		if r, ok := l.recalled(p, key, cost); ok {
-			return r, core.Reply{}, true, nil
+			return r, driver.Reply{}, true, nil
 		}
 	}
 	r, rep, err := l.remote(ctx, gen, p, key, cost, id)
@@ -471,9 +472,9 @@ func (l *cell) chargeRemote(ctx context.Context, p core.Policy, key string, cost
 		return r, rep, true, nil
 	}
 	if core.ClassOf(err) == core.ClassRequest || ctx.Err() != nil {
-		return core.Result{}, core.Reply{}, false, err
+		return core.Result{}, driver.Reply{}, false, err
 	}
-	return core.Result{}, core.Reply{}, false, nil
+	return core.Result{}, driver.Reply{}, false, nil
 }
 
 // refund gives back the Redis charges among the first requests
@@ -482,21 +483,21 @@ func (l *cell) chargeRemote(ctx context.Context, p core.Policy, key string, cost
 // spent (an under-admission); the breaker counts its failure and Status
 // shows it.
 func (l *Limiter) refund(ctx context.Context, reqs []core.Request, ch []charge) {
-	var calls []core.Call
+	var calls []driver.Call
 	var cells []*cell
 	for i, q := range reqs {
 		if !ch[i].remote {
 			continue
 		}
 		c := ch[i].cell
-		calls = append(calls, q.Policy.Algorithm().(core.Refunder).RefundCall(q.Policy, core.StorageKey(l.o.Prefix, q.Policy.Name(), q.Key), q.Units(), ch[i].id, ch[i].rep))
+		calls = append(calls, q.Policy.Algorithm().(driver.Refunder).RefundCall(q.Policy, driver.StorageKey(l.o.Prefix, q.Policy.Name(), q.Key), q.Units(), ch[i].id, ch[i].rep))
 		cells = append(cells, c)
 		ch[i].remote = false
 	}
 	if len(calls) == 0 {
 		return
 	}
-	if pl, ok := cells[0].store.(core.Pipeliner); ok && len(calls) > 1 && !slices.ContainsFunc(cells, func(c *cell) bool { return c != cells[0] }) {
+	if pl, ok := cells[0].store.(driver.Pipeliner); ok && len(calls) > 1 && !slices.ContainsFunc(cells, func(c *cell) bool { return c != cells[0] }) {
 		c := cells[0]
 		gen, closed := c.breaker.Allow()
 		if !closed {

@@ -13,6 +13,7 @@ import (
 	"github.com/holdfast/holdfast/algorithms/slidingwindow"
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 	"github.com/holdfast/holdfast/fallback"
 	"github.com/holdfast/holdfast/internal/redistest"
 	"github.com/holdfast/holdfast/storetest"
@@ -21,14 +22,14 @@ import (
 // gate is a store that can be cut: while down every call fails as a lost
 // connection does. count, when set, sees every reply.
 type gate struct {
-	core.Store
+	driver.Store
 	down  atomic.Bool
-	count func(sc *core.Script, keys []string, reply []int64)
+	count func(sc *driver.Script, keys []string, reply []int64)
 }
 
-func (g *gate) Run(ctx context.Context, s *core.Script, keys, args []string) ([]int64, error) {
+func (g *gate) Run(ctx context.Context, s *driver.Script, keys, args []string) ([]int64, error) {
 	if g.down.Load() {
-		return nil, core.Errorf(core.ErrStoreUnavailable, "gate: cut")
+		return nil, driver.Errorf(core.ErrStoreUnavailable, "gate: cut")
 	}
 	r, err := g.Store.Run(ctx, s, keys, args)
 	if err == nil && g.count != nil {
@@ -37,19 +38,19 @@ func (g *gate) Run(ctx context.Context, s *core.Script, keys, args []string) ([]
 	return r, err
 }
 
-// pipeGate is a gate over a store that pipelines (core.Pipeliner), which
+// pipeGate is a gate over a store that pipelines (driver.Pipeliner), which
 // it passes on: AllowAll then charges in one round trip.
 type pipeGate struct{ *gate }
 
-func (g pipeGate) RunMany(ctx context.Context, calls []core.Call) []core.CallResult {
-	res := make([]core.CallResult, len(calls))
+func (g pipeGate) RunMany(ctx context.Context, calls []driver.Call) []driver.CallResult {
+	res := make([]driver.CallResult, len(calls))
 	if g.down.Load() {
 		for i := range res {
-			res[i].Err = core.Errorf(core.ErrStoreUnavailable, "gate: cut")
+			res[i].Err = driver.Errorf(core.ErrStoreUnavailable, "gate: cut")
 		}
 		return res
 	}
-	res = g.Store.(core.Pipeliner).RunMany(ctx, calls)
+	res = g.Store.(driver.Pipeliner).RunMany(ctx, calls)
 	for i, r := range res {
 		if r.Err == nil && g.count != nil {
 			g.count(calls[i].Script, calls[i].Keys, r.Reply)
@@ -59,7 +60,7 @@ func (g pipeGate) RunMany(ctx context.Context, calls []core.Call) []core.CallRes
 }
 
 // gated is g as a store: pipelining or not.
-func gated(g *gate, pipelined bool) core.Store {
+func gated(g *gate, pipelined bool) driver.Store {
 	if pipelined {
 		return pipeGate{g}
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/holdfast/holdfast/backend/goredis"
 	"github.com/holdfast/holdfast/backend/rueidis"
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 	"github.com/holdfast/holdfast/fallback"
 	"github.com/holdfast/holdfast/internal/redistest"
 )
@@ -35,7 +36,7 @@ func (quiet) Printf(context.Context, string, ...any) {}
 func init() { redis.SetLogger(quiet{}) } // a dead Redis is the point here
 
 // newStore returns a store of the named backend on url, closed at the end.
-func newStore(t *testing.T, backend, url string) core.Store {
+func newStore(t *testing.T, backend, url string) driver.Store {
 	t.Helper()
 	switch backend {
 	case "goredis":
@@ -79,12 +80,12 @@ func startInstances(t *testing.T, backend, url string, n int, stateDir string) *
 // through urls[i] (a proxy of its own, in the network fault tests).
 func startInstancesAt(t *testing.T, backend string, urls []string, stateDir string) *instances {
 	t.Helper()
-	return startInstancesWith(t, urls, stateDir, callTimeout, func(url string) core.Store { return newStore(t, backend, url) })
+	return startInstancesWith(t, urls, stateDir, callTimeout, func(url string) driver.Store { return newStore(t, backend, url) })
 }
 
 // startInstancesWith starts one instance per URL on the store store makes
 // for it, with call deadline timeout (0: the default).
-func startInstancesWith(t *testing.T, urls []string, stateDir string, timeout time.Duration, store func(url string) core.Store) *instances {
+func startInstancesWith(t *testing.T, urls []string, stateDir string, timeout time.Duration, store func(url string) driver.Store) *instances {
 	t.Helper()
 	n := len(urls)
 	in := &instances{seen: make([][]fallback.State, n), at: make([][]time.Time, n)}
@@ -170,7 +171,7 @@ func (in *instances) drive(ctx context.Context, p core.Policy, key string, worke
 
 // bound is what policy p allows over a run of length d.
 func bound(p core.Policy, d time.Duration) float64 {
-	_, most := p.Algorithm().(core.Quotaer).Bound(p, d)
+	_, most := p.Algorithm().(driver.Quotaer).Bound(p, d)
 	return most
 }
 
@@ -232,7 +233,7 @@ func TestOutage(t *testing.T) {
 			// the sliding window counter, whose estimate admits the limit and
 			// then one unit less a window, well under its bound of a limit in
 			// each fixed window the run overlaps).
-			ideal, _ := tc.p.Algorithm().(core.Quotaer).Bound(tc.p, took)
+			ideal, _ := tc.p.Algorithm().(driver.Quotaer).Bound(tc.p, took)
 			floor := float64(ld.admitted.Load()) / ideal
 			t.Logf("admitted %d denied %d errors %d in %v: bound %.0f, ratio %.3f, %.3f of the ideal %.0f, slowest decision %v",
 				ld.admitted.Load(), ld.denied.Load(), ld.errors.Load(), took.Round(time.Millisecond), b, ratio, floor, ideal, time.Duration(ld.worst.Load()))

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 )
 
 // ErrLogFull reports that the outage log holds its maximum of grants even
@@ -35,7 +36,7 @@ type outageLog struct {
 	keyPrefix string
 	seq       uint64
 	open      map[string]*openBatch
-	sealed    []*core.Batch
+	sealed    []*driver.Batch
 	grants    int
 	max       int
 	// lastCompact is the store time of the last compaction that freed
@@ -64,7 +65,7 @@ func newOutageLog(prefix, keyPrefix string, max int) *outageLog {
 // first one merged into it is added to its cost instead of being appended,
 // so a hot key's log grows by one grant a millisecond, not one per request.
 type openBatch struct {
-	core.Batch
+	driver.Batch
 	// live is the last grant of a token bucket batch that has grants
 	// (isLive); its Grants entry is stale until closeLive. One per batch,
 	// reopened for each group.
@@ -128,7 +129,7 @@ func (b *openBatch) closeLive() {
 }
 
 // openLive makes gr, just appended, b's live grant, and returns it.
-func (b *openBatch) openLive(gr core.Grant) *liveGrant {
+func (b *openBatch) openLive(gr driver.Grant) *liveGrant {
 	b.live.start.Store(gr.At)
 	b.live.at.Store(gr.At)
 	b.live.cost.Store(gr.Cost) // last: an add sees the group only now
@@ -138,7 +139,7 @@ func (b *openBatch) openLive(gr core.Grant) *liveGrant {
 
 // add logs a grant of key under policy p; seed is the key's known state
 // when its lease began.
-func (g *outageLog) add(key string, p core.Policy, seed core.Seed, gr core.Grant) error {
+func (g *outageLog) add(key string, p core.Policy, seed driver.Seed, gr driver.Grant) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	_, err := g.addLocked(key, p, seed, gr)
@@ -149,12 +150,12 @@ func (g *outageLog) add(key string, p core.Policy, seed core.Seed, gr core.Grant
 // built only when the key's batch is not the one last logged to. For a token bucket it returns the
 // batch's live grant, which the key's next grants may join without the
 // log's lock (liveGrant.add).
-func (g *outageLog) addParts(key string, p core.Policy, seed core.Seed, gr core.Grant) (*liveGrant, error) {
+func (g *outageLog) addParts(key string, p core.Policy, seed driver.Seed, gr driver.Grant) (*liveGrant, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	b := g.last
 	if b == nil || key != g.lastKey || p.Name() != g.lastPolicy {
-		g.buf = core.AppendStorageKey(g.buf[:0], g.keyPrefix, p.Name(), key)
+		g.buf = driver.AppendStorageKey(g.buf[:0], g.keyPrefix, p.Name(), key)
 		if b = g.open[string(g.buf)]; b == nil {
 			var err error
 			if b, err = g.openLocked(string(g.buf), p, seed, gr.At); err != nil {
@@ -168,7 +169,7 @@ func (g *outageLog) addParts(key string, p core.Policy, seed core.Seed, gr core.
 	return g.appendLocked(b, gr)
 }
 
-func (g *outageLog) addLocked(key string, p core.Policy, seed core.Seed, gr core.Grant) (*liveGrant, error) {
+func (g *outageLog) addLocked(key string, p core.Policy, seed driver.Seed, gr driver.Grant) (*liveGrant, error) {
 	b := g.open[key]
 	if b == nil {
 		var err error
@@ -181,11 +182,11 @@ func (g *outageLog) addLocked(key string, p core.Policy, seed core.Seed, gr core
 
 // openLocked starts key's open batch, if the log has room at store time
 // now.
-func (g *outageLog) openLocked(key string, p core.Policy, seed core.Seed, now int64) (*openBatch, error) {
+func (g *outageLog) openLocked(key string, p core.Policy, seed driver.Seed, now int64) (*openBatch, error) {
 	if err := g.roomLocked(now); err != nil {
 		return nil, err
 	}
-	b := &openBatch{Batch: core.Batch{Key: key, Policy: p, Seed: seed}, coalesce: coalesces(p)}
+	b := &openBatch{Batch: driver.Batch{Key: key, Policy: p, Seed: seed}, coalesce: coalesces(p)}
 	b.live.cost.Store(-1)
 	g.open[key] = b
 	return b, nil
@@ -194,7 +195,7 @@ func (g *outageLog) openLocked(key string, p core.Policy, seed core.Seed, now in
 // appendLocked adds gr to b: to its live grant when they coalesce (see
 // openBatch), else as a new grant if the log has room. A coalescing
 // batch's new grant is live, returned.
-func (g *outageLog) appendLocked(b *openBatch, gr core.Grant) (*liveGrant, error) {
+func (g *outageLog) appendLocked(b *openBatch, gr driver.Grant) (*liveGrant, error) {
 	if b.coalesce && b.isLive && b.live.add(gr.Cost, gr.At) {
 		return &b.live, nil
 	}
@@ -247,7 +248,7 @@ func (g *outageLog) compactLocked(now int64) {
 				b.Grants = append(b.Grants[:0], b.Grants[n-1])
 			}
 		} else if !b.coalesce {
-			b.Grants = slices.DeleteFunc(b.Grants, func(x core.Grant) bool { return outdated(b.Policy, x.At, now) })
+			b.Grants = slices.DeleteFunc(b.Grants, func(x driver.Grant) bool { return outdated(b.Policy, x.At, now) })
 		}
 		g.grants -= n - len(b.Grants)
 	}
@@ -267,7 +268,7 @@ const coalesceMicros = 1000
 // seal numbers the open batches and returns every batch not yet
 // acknowledged, oldest first. A key with more than maxBatchGrants grants
 // is split into several batches.
-func (g *outageLog) seal() []core.Batch {
+func (g *outageLog) seal() []driver.Batch {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	keys := make([]string, 0, len(g.open))
@@ -282,7 +283,7 @@ func (g *outageLog) seal() []core.Batch {
 		b.closeLive()
 		delete(g.open, k)
 		g.last = nil
-		slices.SortStableFunc(b.Grants, func(x, y core.Grant) int { return cmp.Compare(x.At, y.At) })
+		slices.SortStableFunc(b.Grants, func(x, y driver.Grant) int { return cmp.Compare(x.At, y.At) })
 		for len(b.Grants) > 0 {
 			part := b.Batch
 			part.Grants = b.Grants[:min(len(b.Grants), maxBatchGrants)]
@@ -295,7 +296,7 @@ func (g *outageLog) seal() []core.Batch {
 			}
 		}
 	}
-	out := make([]core.Batch, len(g.sealed))
+	out := make([]driver.Batch, len(g.sealed))
 	for i, b := range g.sealed {
 		out[i] = *b
 	}
@@ -303,7 +304,7 @@ func (g *outageLog) seal() []core.Batch {
 }
 
 // ack clears the batches whose error is nil.
-func (g *outageLog) ack(batches []core.Batch, errs []error) {
+func (g *outageLog) ack(batches []driver.Batch, errs []error) {
 	done := make(map[string]bool, len(batches))
 	for i, b := range batches {
 		if errs[i] == nil {
@@ -315,7 +316,7 @@ func (g *outageLog) ack(batches []core.Batch, errs []error) {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.sealed = slices.DeleteFunc(g.sealed, func(b *core.Batch) bool {
+	g.sealed = slices.DeleteFunc(g.sealed, func(b *driver.Batch) bool {
 		if done[b.ID] {
 			g.grants -= len(b.Grants)
 			return true
@@ -340,7 +341,7 @@ func (g *outageLog) pending() int {
 }
 
 // restore adds a sealed batch read back from the state dir.
-func (g *outageLog) restore(b *core.Batch) {
+func (g *outageLog) restore(b *driver.Batch) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.sealed = append(g.sealed, b)
@@ -352,7 +353,7 @@ func (g *outageLog) restore(b *core.Batch) {
 // acknowledged, so a restart does not bring them back.
 func (g *outageLog) drop(skey string) {
 	g.mu.Lock()
-	var gone []core.Batch
+	var gone []driver.Batch
 	if b := g.open[skey]; b != nil {
 		b.closeLive()
 		delete(g.open, skey)
@@ -370,7 +371,7 @@ func (g *outageLog) drop(skey string) {
 			gone = append(gone, part)
 		}
 	}
-	g.sealed = slices.DeleteFunc(g.sealed, func(b *core.Batch) bool {
+	g.sealed = slices.DeleteFunc(g.sealed, func(b *driver.Batch) bool {
 		if b.Key != skey {
 			return false
 		}

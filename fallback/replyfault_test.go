@@ -13,6 +13,7 @@ import (
 	"github.com/holdfast/holdfast/backend/goredis"
 	"github.com/holdfast/holdfast/backend/rueidis"
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 	"github.com/holdfast/holdfast/fallback"
 	"github.com/holdfast/holdfast/internal/redistest"
 )
@@ -253,7 +254,7 @@ func TestReplyFault(t *testing.T) {
 }
 
 // newDefaultStore is newStore with the clients' default deadlines.
-func newDefaultStore(t *testing.T, backend, url string) core.Store {
+func newDefaultStore(t *testing.T, backend, url string) driver.Store {
 	t.Helper()
 	switch backend {
 	case "goredis":
@@ -302,7 +303,7 @@ func TestFrozenDefaultDeadline(t *testing.T) {
 			t.Parallel()
 			srv := redistest.Start(t)
 			urls := []string{srv.URL(), srv.URL(), srv.URL(), srv.URL()}
-			in := startInstancesWith(t, urls, "", 0, func(url string) core.Store { return newDefaultStore(t, backend, url) })
+			in := startInstancesWith(t, urls, "", 0, func(url string) driver.Store { return newDefaultStore(t, backend, url) })
 			in.waitLive(t)
 			r := in.runFault(t, tb, replyNormal, replyAfter, func() func() time.Time {
 				srv.Pause()
@@ -315,7 +316,7 @@ func TestFrozenDefaultDeadline(t *testing.T) {
 			})
 			b := bound(tb, r.took)
 			ratio := float64(r.ld.admitted.Load()) / b
-			ideal, _ := tb.Algorithm().(core.Quotaer).Bound(tb, r.took)
+			ideal, _ := tb.Algorithm().(driver.Quotaer).Bound(tb, r.took)
 			floor := float64(r.ld.admitted.Load()) / ideal
 			worst := time.Duration(r.ld.worst.Load())
 			record("SIGSTOP for 6 s, default 50 ms deadline", backend, tb, &r.ld, b)

@@ -16,6 +16,7 @@ import (
 	"github.com/holdfast/holdfast/algorithms/slidingwindow"
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 	"github.com/holdfast/holdfast/fallback"
 	"github.com/holdfast/holdfast/internal/redistest"
 )
@@ -222,7 +223,7 @@ func testRestartMidOutage(t *testing.T, backend string, p core.Policy, crash boo
 	<-chaos
 	b := bound(p, took)
 	ratio := float64(ld.admitted.Load()) / b
-	ideal, _ := p.Algorithm().(core.Quotaer).Bound(p, took)
+	ideal, _ := p.Algorithm().(driver.Quotaer).Bound(p, took)
 	floor := float64(ld.admitted.Load()) / ideal
 	restored := fallback.RestoredFromJournal(restarted)
 	how := map[bool]string{false: "SIGTERM (Close)", true: "SIGKILL (no Close)"}[crash]

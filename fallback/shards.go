@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 )
 
 // shardSet routes each storage key to the cell of its Redis Cluster shard.
@@ -22,7 +22,7 @@ import (
 type shardSet struct {
 	cells  []*cell
 	slots  []string // each cell's slot ranges, for Status
-	bySlot [core.SlotCount]int16
+	bySlot [driver.SlotCount]int16
 	// covered: every slot had a shard; else the whole-store limiter still
 	// decides the others' keys (cellFor returns nil).
 	covered bool
@@ -32,7 +32,7 @@ type shardSet struct {
 // or nil for a slot no shard served when the topology was read (the
 // whole-store breaker decides those).
 func (s *shardSet) cellFor(prefix, policy, key string) *cell {
-	if i := s.bySlot[core.StorageSlot(prefix, policy, key)]; i >= 0 {
+	if i := s.bySlot[driver.StorageSlot(prefix, policy, key)]; i >= 0 {
 		return s.cells[i]
 	}
 	return nil
@@ -71,7 +71,7 @@ func (s *shardSet) status(st *Status) {
 // startShards reads the cluster topology and starts a cell per shard. When
 // Redis cannot be reached now it tries again every heartbeat, and until then
 // the whole-store breaker decides every key.
-func (l *Limiter) startShards(ctx context.Context, sh core.Sharded) {
+func (l *Limiter) startShards(ctx context.Context, sh driver.Sharded) {
 	if l.tryShards(ctx, sh) {
 		return
 	}
@@ -91,7 +91,7 @@ func (l *Limiter) startShards(ctx context.Context, sh core.Sharded) {
 
 // tryShards reads the topology and installs the cells; it reports whether
 // it is done (installed, or the store is not a cluster).
-func (l *Limiter) tryShards(ctx context.Context, sh core.Sharded) bool {
+func (l *Limiter) tryShards(ctx context.Context, sh driver.Sharded) bool {
 	cctx, cancel := context.WithTimeout(ctx, 4*l.breaker.CallTimeout())
 	shards, err := sh.Shards(cctx)
 	cancel()
@@ -118,7 +118,7 @@ func (l *Limiter) tryShards(ctx context.Context, sh core.Sharded) bool {
 }
 
 // newShardSet builds and starts one cell per shard.
-func (l *Limiter) newShardSet(ctx context.Context, shards []core.Shard) (*shardSet, error) {
+func (l *Limiter) newShardSet(ctx context.Context, shards []driver.Shard) (*shardSet, error) {
 	set := &shardSet{}
 	for i := range set.bySlot {
 		set.bySlot[i] = -1
@@ -158,20 +158,20 @@ func (l *Limiter) newShardSet(ctx context.Context, shards []core.Shard) (*shardS
 // shardTag is the hash tag of cell i's membership and barrier keys: the
 // first "shard-N" whose slot is the shard's. Every instance computes the
 // same tag from the same topology, so they meet on the same keys.
-func shardTag(slots []core.SlotRange, bySlot *[core.SlotCount]int16, i int) (string, error) {
+func shardTag(slots []driver.SlotRange, bySlot *[driver.SlotCount]int16, i int) (string, error) {
 	if len(slots) == 0 {
 		return "", fmt.Errorf("fallback: shard %d has no slots", i)
 	}
 	for n := 0; n < 1<<20; n++ {
 		tag := "shard-" + strconv.Itoa(n)
-		if bySlot[core.HashSlot(tag)] == int16(i) {
+		if bySlot[driver.HashSlot(tag)] == int16(i) {
 			return tag, nil
 		}
 	}
 	return "", fmt.Errorf("fallback: no hash tag found for shard %d", i)
 }
 
-func formatSlots(rs []core.SlotRange) string {
+func formatSlots(rs []driver.SlotRange) string {
 	parts := make([]string, len(rs))
 	for i, r := range rs {
 		parts[i] = strconv.Itoa(r.Start) + "-" + strconv.Itoa(r.End)

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 	"github.com/holdfast/holdfast/fallback"
 )
 
@@ -22,7 +22,7 @@ type shardedStore struct {
 	calls     map[string]int
 }
 
-func (s *shardedStore) Run(_ context.Context, _ *core.Script, keys, _ []string) ([]int64, error) {
+func (s *shardedStore) Run(_ context.Context, _ *driver.Script, keys, _ []string) ([]int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(keys) > 0 {
@@ -31,14 +31,14 @@ func (s *shardedStore) Run(_ context.Context, _ *core.Script, keys, _ []string) 
 	return []int64{1, time.Now().UnixMicro()}, nil
 }
 
-func (s *shardedStore) Shards(context.Context) ([]core.Shard, error) {
-	end := core.SlotCount - 1
+func (s *shardedStore) Shards(context.Context) ([]driver.Shard, error) {
+	end := driver.SlotCount - 1
 	if s.uncovered {
 		end -= 100
 	}
-	return []core.Shard{
-		{ID: "a", Slots: []core.SlotRange{{Start: 0, End: 8191}}},
-		{ID: "b", Slots: []core.SlotRange{{Start: 8192, End: end}}},
+	return []driver.Shard{
+		{ID: "a", Slots: []driver.SlotRange{{Start: 0, End: 8191}}},
+		{ID: "b", Slots: []driver.SlotRange{{Start: 8192, End: end}}},
 	}, nil
 }
 

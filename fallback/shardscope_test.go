@@ -13,6 +13,7 @@ import (
 	"github.com/holdfast/holdfast/algorithms/slidingwindow"
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 	"github.com/holdfast/holdfast/fallback"
 	"github.com/holdfast/holdfast/internal/redistest"
 )
@@ -61,7 +62,7 @@ func TestClusterShardScope(t *testing.T) {
 			var order []*redistest.Server
 			for i := 0; len(keys) < 3 && i < 1000; i++ {
 				k := backend + "-k" + strconv.Itoa(i)
-				m := c.MasterFor(t, core.StorageKey("hf:", p.Name(), k))
+				m := c.MasterFor(t, driver.StorageKey("hf:", p.Name(), k))
 				if _, ok := keys[m]; !ok {
 					keys[m] = k
 					order = append(order, m)
@@ -73,8 +74,8 @@ func TestClusterShardScope(t *testing.T) {
 			victim := order[0]
 			// The slot map agrees with the cluster's.
 			for i := range 50 {
-				k := core.StorageKey("hf:", p.Name(), fmt.Sprint("slot{}", i, "}x"))
-				if got, want := strconv.Itoa(core.HashSlot(k)), order[1].Do(t, "CLUSTER", "KEYSLOT", k); got != want {
+				k := driver.StorageKey("hf:", p.Name(), fmt.Sprint("slot{}", i, "}x"))
+				if got, want := strconv.Itoa(driver.HashSlot(k)), order[1].Do(t, "CLUSTER", "KEYSLOT", k); got != want {
 					t.Fatalf("HashSlot(%q) = %s, CLUSTER KEYSLOT says %s", k, got, want)
 				}
 			}

@@ -17,6 +17,7 @@ import (
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	"github.com/holdfast/holdfast/backend/memory"
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 	"github.com/holdfast/holdfast/fallback"
 	"github.com/holdfast/holdfast/internal/redistest"
 )
@@ -25,14 +26,14 @@ import (
 // the membership heartbeat (the probe) fails with it too, so the breaker
 // cannot close until it is cleared.
 type failing struct {
-	core.Store
+	driver.Store
 	err atomic.Pointer[error]
 	// only, if set, limits the failures to scripts whose name starts with it.
 	only   atomic.Pointer[string]
 	failed atomic.Int64
 }
 
-func (f *failing) Run(ctx context.Context, s *core.Script, keys, args []string) ([]int64, error) {
+func (f *failing) Run(ctx context.Context, s *driver.Script, keys, args []string) ([]int64, error) {
 	only := ""
 	if o := f.only.Load(); o != nil {
 		only = *o
@@ -88,7 +89,7 @@ func TestStoreErrorClasses(t *testing.T) {
 		{"deadline", &core.StoreError{Class: core.ClassUnavailable, Reason: "deadline", Err: context.DeadlineExceeded}, 3, "unavailable", "deadline"},
 		{"STALE", &core.StoreError{Class: core.ClassUnavailable, Reason: "STALE", Answered: true, Err: errors.New("STALE holdfast: the call ran after its deadline")}, 3, "unavailable", "STALE"},
 		{"unknown", &core.StoreError{Class: core.ClassUnknown, Reason: "unknown", Answered: true, Err: errors.New("ERR weird reply 1234")}, 3, "unknown", "unknown"},
-		{"malformed", core.Errorf(core.ErrMalformedReply, "reply is a string"), 3, "unknown", "malformed"},
+		{"malformed", driver.Errorf(core.ErrMalformedReply, "reply is a string"), 3, "unknown", "malformed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -181,7 +182,7 @@ func TestWrongTypeGoesToCaller(t *testing.T) {
 	}
 	defer l.Close()
 	p, _ := tokenbucket.Policy("tb", 10, 1)
-	srv.Do(t, "RPUSH", core.StorageKey(core.DefaultPrefix, "tb", "k"), "x")
+	srv.Do(t, "RPUSH", driver.StorageKey(core.DefaultPrefix, "tb", "k"), "x")
 	for i := range 5 {
 		if _, err := l.Allow(context.Background(), p, "k"); !errors.Is(err, core.ErrWrongType) {
 			t.Fatalf("request %d: %v, want ErrWrongType", i, err)
@@ -306,7 +307,7 @@ func TestReplayRefusedGoesBackToOpen(t *testing.T) {
 	// The bucket's credit, Redis time minus the stored zero-credit instant,
 	// is within one token of zero: counted twice it would be 6 tokens
 	// (6000 s) in debt.
-	e, err := strconv.ParseInt(srv.Do(t, "GET", core.StorageKey(core.DefaultPrefix, "tb", "k")), 10, 64)
+	e, err := strconv.ParseInt(srv.Do(t, "GET", driver.StorageKey(core.DefaultPrefix, "tb", "k")), 10, 64)
 	if err != nil {
 		t.Fatal(err)
 	}

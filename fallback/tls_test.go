@@ -13,10 +13,11 @@ import (
 	"github.com/holdfast/holdfast/backend/goredis"
 	"github.com/holdfast/holdfast/backend/rueidis"
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 	"github.com/holdfast/holdfast/internal/redistest"
 )
 
-func tlsStore(t *testing.T, backend, url string, cfg *tls.Config) core.Store {
+func tlsStore(t *testing.T, backend, url string, cfg *tls.Config) driver.Store {
 	t.Helper()
 	switch backend {
 	case "goredis":

@@ -25,6 +25,7 @@ import (
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	"github.com/holdfast/holdfast/backend/memory"
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 	"github.com/holdfast/holdfast/fallback"
 	"github.com/holdfast/holdfast/grpclimit"
 	"github.com/holdfast/holdfast/httplimit"
@@ -37,14 +38,14 @@ const (
 	watch = "/grpc.health.v1.Health/Watch"
 )
 
-// faulty is a core.Store that fails every call with its error while one
+// faulty is a driver.Store that fails every call with its error while one
 // is set, and otherwise runs the memory store it wraps.
 type faulty struct {
 	inner *memory.Store
 	err   atomic.Pointer[error]
 }
 
-func (f *faulty) Run(ctx context.Context, s *core.Script, keys, args []string) ([]int64, error) {
+func (f *faulty) Run(ctx context.Context, s *driver.Script, keys, args []string) ([]int64, error) {
 	if err := f.err.Load(); err != nil {
 		return nil, *err
 	}

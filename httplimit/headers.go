@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 )
 
 // The header fields follow draft-ietf-httpapi-ratelimit-headers-11 (23 May
@@ -114,10 +115,10 @@ func (m *middleware) setHeaders(h http.Header, p core.Policy, res core.Result) {
 }
 
 // window returns the w parameter of policy p (see above): its
-// algorithm's quota window (core.Quotaer), else its interval.
+// algorithm's quota window (driver.Quotaer), else its interval.
 func window(p core.Policy) int64 {
 	w := p.Interval()
-	if q, ok := p.Algorithm().(core.Quotaer); ok {
+	if q, ok := p.Algorithm().(driver.Quotaer); ok {
 		_, w = q.Quota(p)
 	}
 	return max(ceilSeconds(w), 1)

@@ -14,23 +14,24 @@ import (
 
 	"github.com/holdfast/holdfast/backend/memory"
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 )
 
-// faulty is a core.Store that fails every call with err while err is set,
+// faulty is a driver.Store that fails every call with err while err is set,
 // and otherwise runs the memory store it wraps.
 type faulty struct {
 	inner *memory.Store
 	err   error
 }
 
-func (f *faulty) Run(ctx context.Context, s *core.Script, keys, args []string) ([]int64, error) {
+func (f *faulty) Run(ctx context.Context, s *driver.Script, keys, args []string) ([]int64, error) {
 	if f.err != nil {
 		return nil, f.err
 	}
 	return f.inner.Run(ctx, s, keys, args)
 }
 
-func (f *faulty) Unwrap() core.Store { return f.inner }
+func (f *faulty) Unwrap() driver.Store { return f.inner }
 
 // memLimiter is a core.Limiter over a faulty memory store at a fixed
 // instant.

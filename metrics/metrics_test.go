@@ -13,6 +13,7 @@ import (
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	"github.com/holdfast/holdfast/backend/memory"
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 	"github.com/holdfast/holdfast/fallback"
 	"github.com/holdfast/holdfast/metrics"
 )
@@ -23,7 +24,7 @@ type fakeStore struct {
 	err   error
 }
 
-func (f *fakeStore) Run(context.Context, *core.Script, []string, []string) ([]int64, error) {
+func (f *fakeStore) Run(context.Context, *driver.Script, []string, []string) ([]int64, error) {
 	return f.reply, f.err
 }
 
@@ -33,24 +34,24 @@ func (p *pingStore) Ping(context.Context) error { return p.err }
 
 type pipeStore struct{ fakeStore }
 
-func (p *pipeStore) RunMany(_ context.Context, calls []core.Call) []core.CallResult {
-	out := make([]core.CallResult, len(calls))
+func (p *pipeStore) RunMany(_ context.Context, calls []driver.Call) []driver.CallResult {
+	out := make([]driver.CallResult, len(calls))
 	for i := range out {
-		out[i] = core.CallResult{Reply: p.reply, Err: p.err}
+		out[i] = driver.CallResult{Reply: p.reply, Err: p.err}
 	}
 	return out
 }
 
 type bothStore struct{ pingStore }
 
-func (b *bothStore) RunMany(ctx context.Context, calls []core.Call) []core.CallResult {
+func (b *bothStore) RunMany(ctx context.Context, calls []driver.Call) []driver.CallResult {
 	return (&pipeStore{b.fakeStore}).RunMany(ctx, calls)
 }
 
 func TestStoreKeepsCapabilities(t *testing.T) {
 	tests := []struct {
 		name       string
-		store      core.Store
+		store      driver.Store
 		ping, pipe bool
 	}{
 		{"plain", &fakeStore{}, false, false},
@@ -60,8 +61,8 @@ func TestStoreKeepsCapabilities(t *testing.T) {
 	}
 	for _, tt := range tests {
 		s := metrics.New().Store(tt.store)
-		_, ping := s.(core.Pinger)
-		_, pipe := s.(core.Pipeliner)
+		_, ping := s.(driver.Pinger)
+		_, pipe := s.(driver.Pipeliner)
 		if ping != tt.ping || pipe != tt.pipe {
 			t.Errorf("%s: wrapped store is Pinger %v, Pipeliner %v; want %v, %v", tt.name, ping, pipe, tt.ping, tt.pipe)
 		}
@@ -72,13 +73,13 @@ func TestStoreTimesCalls(t *testing.T) {
 	m := metrics.New()
 	ok := m.Store(&bothStore{pingStore{fakeStore{reply: []int64{1}}}})
 	bad := m.Store(&bothStore{pingStore{fakeStore{err: core.ErrStoreUnavailable}}})
-	script := core.NewScript("tokenbucket", "return 1", nil)
+	script := driver.NewScript("tokenbucket", "return 1", nil)
 	ctx := context.Background()
-	for _, s := range []core.Store{ok, bad} {
+	for _, s := range []driver.Store{ok, bad} {
 		s.Run(ctx, script, []string{"k"}, nil)
 		s.Run(ctx, script, []string{"k"}, nil)
-		s.(core.Pinger).Ping(ctx)
-		s.(core.Pipeliner).RunMany(ctx, []core.Call{{Script: script}, {Script: script}})
+		s.(driver.Pinger).Ping(ctx)
+		s.(driver.Pipeliner).RunMany(ctx, []driver.Call{{Script: script}, {Script: script}})
 	}
 	out := scrape(t, m)
 	for _, want := range []string{
@@ -175,14 +176,14 @@ func scrape(t *testing.T, m *metrics.Metrics) string {
 // "other", and the message text never becomes a label.
 func TestStoreErrorsByClass(t *testing.T) {
 	m := metrics.New()
-	script := core.NewScript("tokenbucket", "return 1", nil)
+	script := driver.NewScript("tokenbucket", "return 1", nil)
 	ctx := context.Background()
 	for _, err := range []error{
 		&core.StoreError{Class: core.ClassUnavailable, Reason: "OOM", Answered: true, Err: errors.New("OOM command not allowed, key secret-1")},
 		&core.StoreError{Class: core.ClassUnavailable, Reason: "OOM", Answered: true, Err: errors.New("OOM command not allowed, key secret-2")},
 		&core.StoreError{Class: core.ClassUnavailable, Reason: "deadline", Err: context.DeadlineExceeded},
 		&core.StoreError{Class: core.ClassUnknown, Reason: "made up by a store", Err: errors.New("ERR x")},
-		core.Errorf(core.ErrMalformedReply, "reply is a string"),
+		driver.Errorf(core.ErrMalformedReply, "reply is a string"),
 		core.ErrWrongType,
 	} {
 		m.Store(&fakeStore{err: err}).Run(ctx, script, []string{"k"}, nil)

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 )
 
 // Store returns s timing every call into the Redis latency histogram:
@@ -13,13 +13,13 @@ import (
 // "error": a call that hit its deadline shows up in the top buckets.
 //
 // The returned store has exactly the optional capabilities of s
-// (core.Pinger, core.Pipeliner; core.Sharded through Unwrap), so callers that look for them by type
+// (driver.Pinger, driver.Pipeliner; driver.Sharded through Unwrap), so callers that look for them by type
 // assertion, such as the fallback layer's health probe and the
 // reconciler's pipelining, behave as they would with s itself.
-func (m *Metrics) Store(s core.Store) core.Store {
+func (m *Metrics) Store(s driver.Store) driver.Store {
 	t := &timed{next: s, m: m}
-	p, ping := s.(core.Pinger)
-	pl, pipe := s.(core.Pipeliner)
+	p, ping := s.(driver.Pinger)
+	pl, pipe := s.(driver.Pipeliner)
 	switch {
 	case ping && pipe:
 		return &timedPingPipe{timed: t, pinger: p, pipeliner: pl}
@@ -32,11 +32,11 @@ func (m *Metrics) Store(s core.Store) core.Store {
 }
 
 type timed struct {
-	next core.Store
+	next driver.Store
 	m    *Metrics
 }
 
-var _ core.Store = (*timed)(nil)
+var _ driver.Store = (*timed)(nil)
 
 func (t *timed) observe(script string, start time.Time, err error) {
 	outcome := "ok"
@@ -48,25 +48,25 @@ func (t *timed) observe(script string, start time.Time, err error) {
 }
 
 // Unwrap returns the wrapped store, so that its other optional interfaces
-// (core.Sharded) can be found with core.ShardedOf.
-func (t *timed) Unwrap() core.Store { return t.next }
+// (driver.Sharded) can be found with driver.ShardedOf.
+func (t *timed) Unwrap() driver.Store { return t.next }
 
 // Run times one script call.
-func (t *timed) Run(ctx context.Context, s *core.Script, keys, args []string) ([]int64, error) {
+func (t *timed) Run(ctx context.Context, s *driver.Script, keys, args []string) ([]int64, error) {
 	start := time.Now()
 	r, err := t.next.Run(ctx, s, keys, args)
 	t.observe(s.Name(), start, err)
 	return r, err
 }
 
-func (t *timed) ping(ctx context.Context, p core.Pinger) error {
+func (t *timed) ping(ctx context.Context, p driver.Pinger) error {
 	start := time.Now()
 	err := p.Ping(ctx)
 	t.observe("ping", start, err)
 	return err
 }
 
-func (t *timed) runMany(ctx context.Context, pl core.Pipeliner, calls []core.Call) []core.CallResult {
+func (t *timed) runMany(ctx context.Context, pl driver.Pipeliner, calls []driver.Call) []driver.CallResult {
 	start := time.Now()
 	res := pl.RunMany(ctx, calls)
 	var err error
@@ -82,7 +82,7 @@ func (t *timed) runMany(ctx context.Context, pl core.Pipeliner, calls []core.Cal
 
 type timedPing struct {
 	*timed
-	pinger core.Pinger
+	pinger driver.Pinger
 }
 
 // Ping times a health check.
@@ -90,31 +90,31 @@ func (t *timedPing) Ping(ctx context.Context) error { return t.ping(ctx, t.pinge
 
 type timedPipe struct {
 	*timed
-	pipeliner core.Pipeliner
+	pipeliner driver.Pipeliner
 }
 
 // RunMany times one pipeline.
-func (t *timedPipe) RunMany(ctx context.Context, calls []core.Call) []core.CallResult {
+func (t *timedPipe) RunMany(ctx context.Context, calls []driver.Call) []driver.CallResult {
 	return t.runMany(ctx, t.pipeliner, calls)
 }
 
 type timedPingPipe struct {
 	*timed
-	pinger    core.Pinger
-	pipeliner core.Pipeliner
+	pinger    driver.Pinger
+	pipeliner driver.Pipeliner
 }
 
 // Ping times a health check.
 func (t *timedPingPipe) Ping(ctx context.Context) error { return t.ping(ctx, t.pinger) }
 
 // RunMany times one pipeline.
-func (t *timedPingPipe) RunMany(ctx context.Context, calls []core.Call) []core.CallResult {
+func (t *timedPingPipe) RunMany(ctx context.Context, calls []driver.Call) []driver.CallResult {
 	return t.runMany(ctx, t.pipeliner, calls)
 }
 
 var (
-	_ core.Pinger    = (*timedPing)(nil)
-	_ core.Pipeliner = (*timedPipe)(nil)
-	_ core.Pinger    = (*timedPingPipe)(nil)
-	_ core.Pipeliner = (*timedPingPipe)(nil)
+	_ driver.Pinger    = (*timedPing)(nil)
+	_ driver.Pipeliner = (*timedPipe)(nil)
+	_ driver.Pinger    = (*timedPingPipe)(nil)
+	_ driver.Pipeliner = (*timedPingPipe)(nil)
 )

@@ -9,7 +9,7 @@ import (
 
 	"github.com/holdfast/holdfast/algorithms/slidingwindow"
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
-	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 )
 
 // RunDifferential applies random sequences of (cost, pause) to the store on
@@ -25,7 +25,7 @@ func RunDifferential(t *testing.T, h Harness) {
 			if err != nil {
 				rt.Fatal(err)
 			}
-			key := core.StorageKey("storetest:", p.Name(), fmt.Sprintf("rapid-%d", seq.Add(1)))
+			key := driver.StorageKey("storetest:", p.Name(), fmt.Sprintf("rapid-%d", seq.Add(1)))
 			var st tokenbucket.State
 			var ok bool
 			t0 := int64(0)
@@ -37,7 +37,7 @@ func RunDifferential(t *testing.T, h Harness) {
 				if t0 == 0 {
 					t0 = got.Now
 				}
-				var want [core.ReplyLen]int64
+				var want [driver.ReplyLen]int64
 				var changed bool
 				var next tokenbucket.State
 				next, changed, want = tokenbucket.Decide(st, ok, got.Now, p.Limit(), p.Interval().Microseconds(), cost)
@@ -56,7 +56,7 @@ func RunDifferential(t *testing.T, h Harness) {
 			if err != nil {
 				rt.Fatal(err)
 			}
-			key := core.StorageKey("storetest:", p.Name(), fmt.Sprintf("rapid-%d", seq.Add(1)))
+			key := driver.StorageKey("storetest:", p.Name(), fmt.Sprintf("rapid-%d", seq.Add(1)))
 			var log slidingwindow.Log
 			for i := range rapid.IntRange(1, 25).Draw(rt, "steps") {
 				cost := rapid.Int64Range(1, limit).Draw(rt, fmt.Sprint("cost", i))
@@ -71,8 +71,8 @@ func RunDifferential(t *testing.T, h Harness) {
 	t.Run("sliding_window_counter", func(t *testing.T) { diffSlidingCounter(t, s) })
 }
 
-func check(rt *rapid.T, i int, got core.Reply, want [core.ReplyLen]int64) {
-	w, err := core.ParseReply(want[:])
+func check(rt *rapid.T, i int, got driver.Reply, want [driver.ReplyLen]int64) {
+	w, err := driver.ParseReply(want[:])
 	if err != nil {
 		rt.Fatalf("step %d: twin reply %v: %v", i, want, err)
 	}

@@ -12,22 +12,23 @@ import (
 	"github.com/holdfast/holdfast/algorithms/slidingwindow"
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 )
 
 // Recorder is a Store that records the store time of every admitted
 // decision it passes through.
 type Recorder struct {
-	core.Store
+	driver.Store
 	mu       sync.Mutex
 	Admitted []int64 // store time of each admitted unit, microseconds
 	Denied   int
 }
 
 // Run runs the step and records the decision.
-func (r *Recorder) Run(ctx context.Context, s *core.Script, keys, args []string) ([]int64, error) {
+func (r *Recorder) Run(ctx context.Context, s *driver.Script, keys, args []string) ([]int64, error) {
 	raw, err := r.Store.Run(ctx, s, keys, args)
 	if err == nil {
-		if rep, perr := core.ParseReply(raw); perr == nil {
+		if rep, perr := driver.ParseReply(raw); perr == nil {
 			r.mu.Lock()
 			if rep.Allowed {
 				r.Admitted = append(r.Admitted, rep.Now)
@@ -184,7 +185,7 @@ func makeInstances(t *testing.T, h Harness, n int) ([]*core.Limiter, []*Recorder
 // BenchAllow measures Limiter.Allow on store s: one hot key, and 100k keys
 // drawn in turn. The policy never runs dry, so every call does the full
 // admit path.
-func BenchAllow(b *testing.B, s core.Store) {
+func BenchAllow(b *testing.B, s driver.Store) {
 	l, err := core.NewLimiter(s, core.Options{Prefix: "bench:"})
 	if err != nil {
 		b.Fatal(err)

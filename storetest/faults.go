@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 	"github.com/holdfast/holdfast/internal/redistest"
 )
 
@@ -27,7 +28,7 @@ func runFaults(t *testing.T, h RedisHarness) {
 
 // run runs scriptInts with deadline d (none if 0) and reports how long it
 // took.
-func run(s core.Store, d time.Duration) (time.Duration, error) {
+func run(s driver.Store, d time.Duration) (time.Duration, error) {
 	ctx := context.Background()
 	if d > 0 {
 		var cancel context.CancelFunc
@@ -41,7 +42,7 @@ func run(s core.Store, d time.Duration) (time.Duration, error) {
 
 // wantUnavailable runs n calls that must each fail with ErrStoreUnavailable
 // within StallBound.
-func wantUnavailable(t *testing.T, s core.Store, what string, d time.Duration, n int) {
+func wantUnavailable(t *testing.T, s driver.Store, what string, d time.Duration, n int) {
 	t.Helper()
 	for i := range n {
 		took, err := run(s, d)
@@ -56,7 +57,7 @@ func wantUnavailable(t *testing.T, s core.Store, what string, d time.Duration, n
 }
 
 // wantOK runs one call that must succeed.
-func wantOK(t *testing.T, s core.Store, what string) {
+func wantOK(t *testing.T, s driver.Store, what string) {
 	t.Helper()
 	if _, err := run(s, 5*time.Second); err != nil {
 		t.Fatalf("%s: %v", what, err)
@@ -69,15 +70,15 @@ func runServerFaults(t *testing.T, h RedisHarness) {
 	for _, tc := range []struct {
 		name  string
 		o     StoreOptions
-		fault func(t *testing.T, srv *redistest.Server, s core.Store)
+		fault func(t *testing.T, srv *redistest.Server, s driver.Store)
 	}{
-		{"killed_then_restarted", StoreOptions{}, func(t *testing.T, srv *redistest.Server, s core.Store) {
+		{"killed_then_restarted", StoreOptions{}, func(t *testing.T, srv *redistest.Server, s driver.Store) {
 			srv.Kill()
 			wantUnavailable(t, s, "killed", 50*time.Millisecond, 3)
 			srv.Restart(t)
 			wantOK(t, s, "first call after restart")
 		}},
-		{"restarted_under_idle_connection", StoreOptions{}, func(t *testing.T, srv *redistest.Server, s core.Store) {
+		{"restarted_under_idle_connection", StoreOptions{}, func(t *testing.T, srv *redistest.Server, s driver.Store) {
 			// The idle connection is dead; the client must find out
 			// before a call uses it (go-redis checks idle connections
 			// before use; with AlwaysPipelining, rueidis's reader
@@ -86,7 +87,7 @@ func runServerFaults(t *testing.T, h RedisHarness) {
 			srv.Restart(t)
 			wantOK(t, s, "first call after restart")
 		}},
-		{"paused_with_deadline", StoreOptions{}, func(t *testing.T, srv *redistest.Server, s core.Store) {
+		{"paused_with_deadline", StoreOptions{}, func(t *testing.T, srv *redistest.Server, s driver.Store) {
 			srv.Pause()
 			wantUnavailable(t, s, "paused", 50*time.Millisecond, 3)
 			srv.Resume()
@@ -95,7 +96,7 @@ func runServerFaults(t *testing.T, h RedisHarness) {
 		// Without a deadline only the client's own timeouts bound a call:
 		// go-redis's ReadTimeout; for rueidis, the health PING that closes
 		// the stalled connection, 2 × KeepAlive + ConnWriteTimeout at most.
-		{"paused_without_deadline", StoreOptions{StallTimeout: 250 * time.Millisecond}, func(t *testing.T, srv *redistest.Server, s core.Store) {
+		{"paused_without_deadline", StoreOptions{StallTimeout: 250 * time.Millisecond}, func(t *testing.T, srv *redistest.Server, s driver.Store) {
 			srv.Pause()
 			wantUnavailable(t, s, "paused", 0, 2)
 			srv.Resume()

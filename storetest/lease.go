@@ -5,20 +5,21 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 )
 
-// RunLease checks an algorithm's lease twin (core.Leaser) with policy p, a
+// RunLease checks an algorithm's lease twin (driver.Leaser) with policy p, a
 // limit of 20: a lease of a 1/4 share of a fresh policy admits 5; one
 // decoded from its AppendBinary decides as it would have, step by step;
 // cut or padded bytes are an error, never a panic.
 func RunLease(t *testing.T, p core.Policy) {
 	t.Helper()
-	alg, ok := p.Algorithm().(core.Leaser)
+	alg, ok := p.Algorithm().(driver.Leaser)
 	if !ok {
-		t.Fatalf("%s is not a core.Leaser", p.Algorithm().Name())
+		t.Fatalf("%s is not a driver.Leaser", p.Algorithm().Name())
 	}
 	const n, now = 4, int64(1_000_000_000_000)
-	l := alg.NewLease(p, core.Seed{}, now)
+	l := alg.NewLease(p, driver.Seed{}, now)
 	admitted := 0
 	for i := range 8 {
 		if r := l.Decide(p, n, now+int64(i), 1); r.Allowed {

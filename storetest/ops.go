@@ -10,6 +10,7 @@ import (
 	"github.com/holdfast/holdfast/algorithms/slidingwindow"
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 )
 
 // An OpsLimiter is what the operations suite drives: core.Limiter, or a
@@ -115,7 +116,7 @@ func RunOps(t *testing.T, l OpsLimiter) {
 }
 
 // testOps runs RunOps on core.Limiter over the store.
-func testOps(t *testing.T, s core.Store) {
+func testOps(t *testing.T, s driver.Store) {
 	l, err := core.NewLimiter(s, core.Options{Prefix: fmt.Sprintf("ops%d:", seq.Add(1))})
 	if err != nil {
 		t.Fatal(err)

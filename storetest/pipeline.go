@@ -10,19 +10,20 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 	"github.com/holdfast/holdfast/internal/redistest"
 )
 
 var (
-	scriptEcho = core.NewScript("echo", "return {tonumber(ARGV[1]), #KEYS}", nil)
-	scriptIncr = core.NewScript("incr", "return {redis.call('INCR', KEYS[1])}", nil)
+	scriptEcho = driver.NewScript("echo", "return {tonumber(ARGV[1]), #KEYS}", nil)
+	scriptIncr = driver.NewScript("incr", "return {redis.call('INCR', KEYS[1])}", nil)
 )
 
 // echoCalls returns n calls of scriptEcho whose replies are {i, 1}.
-func echoCalls(n int) []core.Call {
-	calls := make([]core.Call, n)
+func echoCalls(n int) []driver.Call {
+	calls := make([]driver.Call, n)
 	for i := range calls {
-		calls[i] = core.Call{Script: scriptEcho, Keys: []string{fmt.Sprintf("{e%d}:k", i)}, Args: []string{strconv.Itoa(i)}}
+		calls[i] = driver.Call{Script: scriptEcho, Keys: []string{fmt.Sprintf("{e%d}:k", i)}, Args: []string{strconv.Itoa(i)}}
 	}
 	return calls
 }
@@ -53,7 +54,7 @@ func testRunManyInOrder(t *testing.T, h RedisHarness) {
 
 func testRunManyEmpty(t *testing.T, h RedisHarness) {
 	s := h.NewStore(t, redistest.Start(t).URL(), relaxed)
-	for _, calls := range [][]core.Call{nil, {}} {
+	for _, calls := range [][]driver.Call{nil, {}} {
 		if res := s.RunMany(context.Background(), calls); len(res) != 0 {
 			t.Fatalf("RunMany(%#v) = %v, want no results", calls, res)
 		}
@@ -66,7 +67,7 @@ func testRunManyMapsLikeRun(t *testing.T, h RedisHarness) {
 	srv := redistest.Start(t)
 	s := h.NewStore(t, srv.URL(), relaxed)
 	srv.Do(t, "RPUSH", "{t}:list", "x")
-	calls := []core.Call{
+	calls := []driver.Call{
 		{Script: scriptInts, Keys: []string{"{t}:a"}, Args: []string{"1"}},
 		{Script: scriptHSet, Keys: []string{"{t}:list"}},
 		{Script: scriptString},
@@ -113,11 +114,11 @@ func testRunManyNoScript(t *testing.T, h RedisHarness) {
 		if round == 1 {
 			srv.Do(t, "SCRIPT", "FLUSH")
 		}
-		calls := make([]core.Call, n)
+		calls := make([]driver.Call, n)
 		for i := range calls {
-			calls[i] = core.Call{Script: scriptIncr, Keys: []string{fmt.Sprintf("{r%d:%d}:n", round, i)}}
+			calls[i] = driver.Call{Script: scriptIncr, Keys: []string{fmt.Sprintf("{r%d:%d}:n", round, i)}}
 			if i%3 == 0 {
-				calls[i] = core.Call{Script: scriptEcho, Args: []string{strconv.Itoa(i)}}
+				calls[i] = driver.Call{Script: scriptEcho, Args: []string{strconv.Itoa(i)}}
 			}
 		}
 		for i, r := range s.RunMany(context.Background(), calls) {

@@ -12,13 +12,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 	"github.com/holdfast/holdfast/internal/redistest"
 )
 
 // scriptReconcile has the shape of a reconciliation: write a hash, set its
 // expiry.
-var scriptReconcile = core.NewScript("reconcile", `
+var scriptReconcile = driver.NewScript("reconcile", `
 redis.call('HSET', KEYS[1], 'n', ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return {1}`, nil)
@@ -28,10 +28,10 @@ const benchCalls = 100_000
 
 // reconcileCalls returns benchCalls calls of scriptReconcile on distinct
 // keys.
-func reconcileCalls() []core.Call {
-	calls := make([]core.Call, benchCalls)
+func reconcileCalls() []driver.Call {
+	calls := make([]driver.Call, benchCalls)
 	for i := range calls {
-		calls[i] = core.Call{Script: scriptReconcile, Keys: []string{fmt.Sprintf("{bench:%d}:h", i)}, Args: []string{strconv.Itoa(i), "60000"}}
+		calls[i] = driver.Call{Script: scriptReconcile, Keys: []string{fmt.Sprintf("{bench:%d}:h", i)}, Args: []string{strconv.Itoa(i), "60000"}}
 	}
 	return calls
 }
@@ -39,7 +39,7 @@ func reconcileCalls() []core.Call {
 // warmUp runs calls once, so that every sub-benchmark finds the keys
 // created and the script cached: the first sub-benchmark is not charged for
 // them.
-func warmUp(b *testing.B, s core.Pipeliner, calls []core.Call) {
+func warmUp(b *testing.B, s driver.Pipeliner, calls []driver.Call) {
 	for i, r := range s.RunMany(context.Background(), calls) {
 		if r.Err != nil {
 			b.Logf("warm-up, call %d: %v", i, r.Err)

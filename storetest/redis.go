@@ -8,14 +8,15 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 	"github.com/holdfast/holdfast/internal/redistest"
 )
 
 // A RedisStore is a store of a Redis backend: it also pings and pipelines.
 type RedisStore interface {
-	core.Store
-	core.Pinger
-	core.Pipeliner
+	driver.Store
+	driver.Pinger
+	driver.Pipeliner
 }
 
 // A RedisHarness makes the stores of a Redis backend for RunRedis and the
@@ -69,18 +70,18 @@ type serverHarness struct {
 	url string
 }
 
-func (s serverHarness) MakeStore(t *testing.T) core.Store { return s.h.NewStore(t, s.url, relaxed) }
+func (s serverHarness) MakeStore(t *testing.T) driver.Store { return s.h.NewStore(t, s.url, relaxed) }
 
 var (
-	scriptInts    = core.NewScript("ints", "return {1, tonumber(ARGV[1]), #KEYS, -4}", nil)
-	scriptEmpty   = core.NewScript("empty", "return {}", nil)
-	scriptString  = core.NewScript("string", "return 'hello'", nil)
-	scriptNested  = core.NewScript("nested", "return {1, {2, 3}}", nil)
-	scriptStrElem = core.NewScript("strelem", "return {1, 'x'}", nil)
-	scriptNumStr  = core.NewScript("numstr", "return {1, '2'}", nil)
-	scriptNil     = core.NewScript("nil", "return nil", nil)
-	scriptHSet    = core.NewScript("hset", "return {redis.call('HSET', KEYS[1], 'f', 'v')}", nil)
-	scriptFail    = core.NewScript("fail", "return redis.error_reply('boom')", nil)
+	scriptInts    = driver.NewScript("ints", "return {1, tonumber(ARGV[1]), #KEYS, -4}", nil)
+	scriptEmpty   = driver.NewScript("empty", "return {}", nil)
+	scriptString  = driver.NewScript("string", "return 'hello'", nil)
+	scriptNested  = driver.NewScript("nested", "return {1, {2, 3}}", nil)
+	scriptStrElem = driver.NewScript("strelem", "return {1, 'x'}", nil)
+	scriptNumStr  = driver.NewScript("numstr", "return {1, '2'}", nil)
+	scriptNil     = driver.NewScript("nil", "return nil", nil)
+	scriptHSet    = driver.NewScript("hset", "return {redis.call('HSET', KEYS[1], 'f', 'v')}", nil)
+	scriptFail    = driver.NewScript("fail", "return redis.error_reply('boom')", nil)
 )
 
 // RunRedis runs the suite of a Redis backend on servers of its own. First,
@@ -129,7 +130,7 @@ func testReplies(t *testing.T, h RedisHarness) {
 	s := h.NewStore(t, srv.URL(), relaxed)
 	srv.Do(t, "RPUSH", "{t}:list", "x")
 	for _, tc := range []struct {
-		sc      *core.Script
+		sc      *driver.Script
 		keys    []string
 		want    []int64
 		wantErr error
@@ -180,7 +181,7 @@ func testScriptFlush(t *testing.T, h RedisHarness) {
 	}
 }
 
-func mustRun(t *testing.T, s core.Store) {
+func mustRun(t *testing.T, s driver.Store) {
 	t.Helper()
 	got, err := s.Run(context.Background(), scriptInts, []string{"k"}, []string{"7"})
 	if err != nil || !reflect.DeepEqual(got, []int64{1, 7, 1, -4}) {
@@ -200,9 +201,9 @@ func testPassword(t *testing.T, h RedisHarness) {
 }
 
 var (
-	scriptReplyErr = core.NewScript("reply_error", "return redis.error_reply(ARGV[1])", nil)
-	scriptWrite    = core.NewScript("write", "redis.call('SET', KEYS[1], ARGV[1]); return {1}", nil)
-	scriptGuarded  = core.NewDecisionScript("guarded", "redis.call('INCR', KEYS[1]); return {#ARGV, tonumber(ARGV[1])}", nil)
+	scriptReplyErr = driver.NewScript("reply_error", "return redis.error_reply(ARGV[1])", nil)
+	scriptWrite    = driver.NewScript("write", "redis.call('SET', KEYS[1], ARGV[1]); return {1}", nil)
+	scriptGuarded  = driver.NewDecisionScript("guarded", "redis.call('INCR', KEYS[1]); return {#ARGV, tonumber(ARGV[1])}", nil)
 )
 
 // testErrorClasses: each error reply of the table in docs/errors.md, as the
@@ -268,14 +269,14 @@ func testDeadlineGuard(t *testing.T, h RedisHarness) {
 	s := h.NewStore(t, srv.URL(), relaxed)
 	ctx := context.Background()
 	now := time.Now().UnixMicro()
-	_, err := s.Run(ctx, scriptGuarded, []string{"{t}:g"}, []string{"7", core.DeadlineArg(now - 1_000_000)})
+	_, err := s.Run(ctx, scriptGuarded, []string{"{t}:g"}, []string{"7", driver.DeadlineArg(now - 1_000_000)})
 	if core.ClassOf(err) != core.ClassUnavailable || core.ReasonOf(err) != "STALE" {
 		t.Fatalf("past deadline: %v, want a STALE refusal", err)
 	}
 	if got := srv.Do(t, "GET", "{t}:g"); got != "" {
 		t.Fatalf("a refused call wrote %q", got)
 	}
-	for _, args := range [][]string{{"7", core.DeadlineArg(now + 60_000_000)}, {"7"}} {
+	for _, args := range [][]string{{"7", driver.DeadlineArg(now + 60_000_000)}, {"7"}} {
 		got, err := s.Run(ctx, scriptGuarded, []string{"{t}:g"}, args)
 		if err != nil || !reflect.DeepEqual(got, []int64{1, 7}) {
 			t.Fatalf("args %q: %v %v, want [1 7]: one argument left", args, got, err)

@@ -8,7 +8,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/holdfast/holdfast/algorithms/slidingcounter"
-	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 )
 
 const us = time.Microsecond
@@ -73,7 +73,7 @@ var slidingCounterTables = []Table{
 }
 
 // diffSlidingCounter is RunDifferential's sliding window counter part.
-func diffSlidingCounter(t *testing.T, s core.Store) {
+func diffSlidingCounter(t *testing.T, s driver.Store) {
 	rapid.Check(t, func(rt *rapid.T) {
 		limit := rapid.Int64Range(1, 8).Draw(rt, "limit")
 		window := rapid.SampledFrom([]time.Duration{2 * ms, 5 * ms, 20 * ms, 3333 * us}).Draw(rt, "window")
@@ -81,7 +81,7 @@ func diffSlidingCounter(t *testing.T, s core.Store) {
 		if err != nil {
 			rt.Fatal(err)
 		}
-		key := core.StorageKey("storetest:", p.Name(), fmt.Sprintf("rapid-%d", seq.Add(1)))
+		key := driver.StorageKey("storetest:", p.Name(), fmt.Sprintf("rapid-%d", seq.Add(1)))
 		var st slidingcounter.State
 		var ok bool
 		for i := range rapid.IntRange(1, 25).Draw(rt, "steps") {

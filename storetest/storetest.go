@@ -1,4 +1,4 @@
-// Package storetest is the conformance suite every core.Store runs: the same
+// Package storetest is the conformance suite every driver.Store runs: the same
 // step tables with fixed instants against each backend, so the Lua scripts
 // (Redis backends) and their Go twins (memory backend) are proven to agree.
 package storetest
@@ -15,13 +15,14 @@ import (
 	"github.com/holdfast/holdfast/algorithms/slidingwindow"
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 )
 
 // A Harness makes the store under test.
 type Harness interface {
 	// MakeStore returns a store that the suite may use for the rest of t.
 	// Keys the suite writes are unique to each test.
-	MakeStore(t *testing.T) core.Store
+	MakeStore(t *testing.T) driver.Store
 }
 
 // T0 is the fixed instant every step table starts from, in microseconds.
@@ -144,10 +145,10 @@ func Run(t *testing.T, h Harness) {
 		t.Run(tb.Name, func(t *testing.T) {
 			t.Parallel()
 			s := h.MakeStore(t)
-			key := core.StorageKey("storetest:", tb.Policy.Name(), fmt.Sprintf("%s-%d", t.Name(), seq.Add(1)))
+			key := driver.StorageKey("storetest:", tb.Policy.Name(), fmt.Sprintf("%s-%d", t.Name(), seq.Add(1)))
 			for i, st := range tb.Steps {
 				got := Decide(t, s, tb.Policy, key, st.Cost, T0+st.At.Microseconds())
-				want := core.Reply{
+				want := driver.Reply{
 					Allowed: st.Allowed, Remaining: st.Remaining,
 					RetryAfter: st.RetryAfter.Microseconds(), ResetAfter: st.ResetAfter.Microseconds(),
 					Now: T0 + st.At.Microseconds(),
@@ -163,7 +164,7 @@ func Run(t *testing.T, h Harness) {
 		s := h.MakeStore(t)
 		p := must(tokenbucket.Policy("tb1", 1, 1))
 		for i := range 20 {
-			key := core.StorageKey("storetest:", p.Name(), fmt.Sprintf("%s-%d-%d", t.Name(), seq.Add(1), i))
+			key := driver.StorageKey("storetest:", p.Name(), fmt.Sprintf("%s-%d-%d", t.Name(), seq.Add(1), i))
 			if r := Decide(t, s, p, key, 1, T0); !r.Allowed {
 				t.Fatalf("key %d: first request denied: %+v", i, r)
 			}
@@ -180,18 +181,18 @@ func Run(t *testing.T, h Harness) {
 		t.Parallel()
 		s := h.MakeStore(t)
 		p := must(tokenbucket.Policy("tb1", 1, 1))
-		key := core.StorageKey("storetest:", p.Name(), t.Name())
+		key := driver.StorageKey("storetest:", p.Name(), t.Name())
 		var nilCtx context.Context
 		if _, err := s.Run(nilCtx, p.Algorithm().Script(), []string{key}, p.Algorithm().Args(p, 1, "", 0)); !errors.Is(err, core.ErrNilContext) {
 			t.Fatalf("Run with a nil context: %v, want ErrNilContext", err)
 		}
-		if pl, ok := s.(core.Pipeliner); ok {
-			res := pl.RunMany(nilCtx, []core.Call{{Script: p.Algorithm().Script(), Keys: []string{key}, Args: p.Algorithm().Args(p, 1, "", 0)}})
+		if pl, ok := s.(driver.Pipeliner); ok {
+			res := pl.RunMany(nilCtx, []driver.Call{{Script: p.Algorithm().Script(), Keys: []string{key}, Args: p.Algorithm().Args(p, 1, "", 0)}})
 			if !errors.Is(res[0].Err, core.ErrNilContext) {
 				t.Fatalf("RunMany with a nil context: %v, want ErrNilContext", res[0].Err)
 			}
 		}
-		if pg, ok := s.(core.Pinger); ok && !errors.Is(pg.Ping(nilCtx), core.ErrNilContext) {
+		if pg, ok := s.(driver.Pinger); ok && !errors.Is(pg.Ping(nilCtx), core.ErrNilContext) {
 			t.Fatal("Ping with a nil context: want ErrNilContext")
 		}
 	})
@@ -199,7 +200,7 @@ func Run(t *testing.T, h Harness) {
 
 // Decide runs one decision of p on store s at nowMicros (0: the store's
 // clock) and returns the parsed reply, failing t on error.
-func Decide(t TB, s core.Store, p core.Policy, key string, cost, nowMicros int64) core.Reply {
+func Decide(t TB, s driver.Store, p core.Policy, key string, cost, nowMicros int64) driver.Reply {
 	t.Helper()
 	id := ""
 	if p.Algorithm().NeedsID() {
@@ -209,7 +210,7 @@ func Decide(t TB, s core.Store, p core.Policy, key string, cost, nowMicros int64
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	r, err := core.ParseReply(raw)
+	r, err := driver.ParseReply(raw)
 	if err != nil {
 		t.Fatalf("ParseReply: %v", err)
 	}

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/algorithms/slidingcounter"
-	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 	"github.com/holdfast/holdfast/storetest"
 )
 
@@ -32,7 +32,7 @@ func BenchmarkDecide(b *testing.B) {
 		b.ReportMetric(float64(admitted)/float64(b.N), "admitted/op")
 	})
 	b.Run("Step", func(b *testing.B) {
-		alg := slidingcounter.Algorithm.(core.DirectAlgorithm)
+		alg := slidingcounter.Algorithm.(driver.DirectAlgorithm)
 		var st any
 		now := storetest.T0
 		b.ReportAllocs()

@@ -5,9 +5,10 @@ import (
 	"fmt"
 
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 )
 
-var _ core.Leaser = algorithm{}
+var _ driver.Leaser = algorithm{}
 
 // A counter's seed holds more than one reply tells. Value's low 32 bits
 // are the estimate at the seed's time (Limit − Remaining); bits 32 to 61
@@ -57,7 +58,7 @@ func unpackSeed(v int64) (estimate, least int64, own bool) {
 // it (the lease then counts the whole estimate as current, as it cannot
 // split it); otherwise the seed carries the least count of the window
 // before, from known.
-func (algorithm) Observe(p core.Policy, known core.Seed, cost int64, r core.Reply) core.Seed {
+func (algorithm) Observe(p core.Policy, known driver.Seed, cost int64, r driver.Reply) driver.Seed {
 	lim, w := p.Limit(), p.Interval().Microseconds()
 	k := r.Now / w
 	var before, own int64
@@ -83,9 +84,9 @@ func (algorithm) Observe(p core.Policy, known core.Seed, cost int64, r core.Repl
 	}
 	est := min(max(lim-r.Remaining, 0), lim)
 	if own > 0 {
-		return core.Seed{Value: packSeed(est, own, true), At: r.Now}
+		return driver.Seed{Value: packSeed(est, own, true), At: r.Now}
 	}
-	return core.Seed{Value: packSeed(est, before, false), At: r.Now}
+	return driver.Seed{Value: packSeed(est, before, false), At: r.Now}
 }
 
 // NewLease starts a lease whose counter holds the known units in sub-units
@@ -97,7 +98,7 @@ func (algorithm) Observe(p core.Policy, known core.Seed, cost int64, r core.Repl
 // estimate it makes from then on at least the true estimate, whose
 // previous part decays as fast or faster; they are gone two windows later,
 // as in the shared counter.
-func (algorithm) NewLease(p core.Policy, seed core.Seed, _ int64) core.Lease {
+func (algorithm) NewLease(p core.Policy, seed driver.Seed, _ int64) driver.Lease {
 	l := &lease{}
 	est, before, own := unpackSeed(seed.Value)
 	if own {
@@ -115,7 +116,7 @@ func (algorithm) NewLease(p core.Policy, seed core.Seed, _ int64) core.Lease {
 
 // LoadLease decodes AppendBinary's five varints: window, current and
 // previous counts, whether the lease holds a counter, and the carry.
-func (algorithm) LoadLease(_ core.Policy, data []byte) (core.Lease, error) {
+func (algorithm) LoadLease(_ core.Policy, data []byte) (driver.Lease, error) {
 	var v [5]int64
 	for i := range v {
 		x, n := binary.Varint(data)
@@ -176,7 +177,7 @@ func (l *lease) at(j, lim, n int64) (State, int64) {
 // Decide decides as the script does on sub-units, with the carry, and
 // reports remaining units of the share. A cost above the share never fits:
 // it is told to retry after a window.
-func (l *lease) Decide(p core.Policy, n, now, cost int64) core.Reply {
+func (l *lease) Decide(p core.Policy, n, now, cost int64) driver.Reply {
 	n = max(n, 1)
 	w := p.Interval().Microseconds()
 	lim := max(p.Limit(), n)
@@ -188,7 +189,7 @@ func (l *lease) Decide(p core.Policy, n, now, cost int64) core.Reply {
 	if !admit && cost*n > lim {
 		retry = w
 	}
-	return core.Reply{Allowed: admit, Remaining: remaining, RetryAfter: retry, ResetAfter: reset, Now: now}
+	return driver.Reply{Allowed: admit, Remaining: remaining, RetryAfter: retry, ResetAfter: reset, Now: now}
 }
 
 // Charge counts cost units at time at in the window they fall in, as a

@@ -9,12 +9,13 @@ import (
 
 	"github.com/holdfast/holdfast/algorithms/slidingcounter"
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 	"github.com/holdfast/holdfast/storetest"
 )
 
 // leaseState decodes a lease's AppendBinary: its counter, whether it holds
 // one, and its carry.
-func leaseState(t *testing.T, l core.Lease) (slidingcounter.State, bool, int64) {
+func leaseState(t *testing.T, l driver.Lease) (slidingcounter.State, bool, int64) {
 	t.Helper()
 	data := l.AppendBinary(nil)
 	var v [5]int64
@@ -37,18 +38,18 @@ func leaseState(t *testing.T, l core.Lease) (slidingcounter.State, bool, int64) 
 // through a window would leave a lease nothing more in it.
 func TestObserve(t *testing.T) {
 	p := must(slidingcounter.Policy("sc", 10, time.Second))
-	alg := p.Algorithm().(core.Leaser)
+	alg := p.Algorithm().(driver.Leaser)
 	k := storetest.T0 / 1_000_000
 	type reply struct {
 		cost int64
-		r    core.Reply
+		r    driver.Reply
 	}
 	at := func(us int64) int64 { return storetest.T0 + us }
 	admit := func(us, remaining int64) reply {
-		return reply{1, core.Reply{Allowed: true, Remaining: remaining, ResetAfter: 2e6, Now: at(us)}}
+		return reply{1, driver.Reply{Allowed: true, Remaining: remaining, ResetAfter: 2e6, Now: at(us)}}
 	}
 	deny := func(us, cost, retry int64) reply {
-		return reply{cost, core.Reply{RetryAfter: retry, ResetAfter: 2e6, Now: at(us)}}
+		return reply{cost, driver.Reply{RetryAfter: retry, ResetAfter: 2e6, Now: at(us)}}
 	}
 	for _, tc := range []struct {
 		name    string
@@ -74,7 +75,7 @@ func TestObserve(t *testing.T) {
 		{"denial_next_window", []reply{deny(100_000, 2, 950_000)}, slidingcounter.State{Window: k, Cur: 10}},
 		{"after_denial_next_window", []reply{deny(100_000, 2, 950_000), admit(1_200_000, 1)}, slidingcounter.State{Window: k + 1, Cur: 3, Prev: 8}},
 	} {
-		var seed core.Seed
+		var seed driver.Seed
 		for _, r := range tc.replies {
 			seed = alg.Observe(p, seed, r.cost, r.r)
 		}
@@ -88,7 +89,7 @@ func TestObserve(t *testing.T) {
 	}
 	// An estimate alone, nothing known of either window, is the current
 	// count.
-	if got, _, _ := leaseState(t, alg.NewLease(p, core.Seed{Value: 6, At: at(500_000)}, at(500_000))); got != (slidingcounter.State{Window: k, Cur: 6}) {
+	if got, _, _ := leaseState(t, alg.NewLease(p, driver.Seed{Value: 6, At: at(500_000)}, at(500_000))); got != (slidingcounter.State{Window: k, Cur: 6}) {
 		t.Errorf("estimate alone: lease %+v", got)
 	}
 }
@@ -112,14 +113,14 @@ func TestLeaseShare(t *testing.T) {
 		name  string
 		limit int64
 		n     int64
-		known core.Seed
+		known driver.Seed
 		steps []leaseStep
 	}{
 		{
 			// 10 a second over 3 instances: 3 units (9 of 10 sub-units)
 			// a window, from the 4 sub-units Redis last reported.
 			name: "third_of_ten", limit: 10, n: 3,
-			known: core.Seed{Value: 4, At: storetest.T0},
+			known: driver.Seed{Value: 4, At: storetest.T0},
 			steps: []leaseStep{
 				{0, 1, true, 1, 0, 2 * time.Second},
 				{0, 1, true, 0, 0, 2 * time.Second},
@@ -136,7 +137,7 @@ func TestLeaseShare(t *testing.T) {
 		{
 			// What Redis reported two windows ago is gone.
 			name: "stale_known", limit: 10, n: 3,
-			known: core.Seed{Value: 9, At: storetest.T0 - 2_000_000},
+			known: driver.Seed{Value: 9, At: storetest.T0 - 2_000_000},
 			steps: []leaseStep{
 				{0, 3, true, 0, 0, 2 * time.Second},
 				// The window's count has room for 1 of the 3 sub-units.
@@ -161,11 +162,11 @@ func TestLeaseShare(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := must(slidingcounter.Policy("sc", tc.limit, time.Second))
-			l := p.Algorithm().(core.Leaser).NewLease(p, tc.known, storetest.T0)
+			l := p.Algorithm().(driver.Leaser).NewLease(p, tc.known, storetest.T0)
 			for i, st := range tc.steps {
 				now := storetest.T0 + st.at.Microseconds()
 				got := l.Decide(p, tc.n, now, st.cost)
-				want := core.Reply{Allowed: st.allowed, Remaining: st.remaining, RetryAfter: st.retryAfter.Microseconds(), ResetAfter: st.resetAfter.Microseconds(), Now: now}
+				want := driver.Reply{Allowed: st.allowed, Remaining: st.remaining, RetryAfter: st.retryAfter.Microseconds(), ResetAfter: st.resetAfter.Microseconds(), Now: now}
 				if got != want {
 					t.Fatalf("step %d (at %v cost %d):\n got %+v\nwant %+v", i, st.at, st.cost, got, want)
 				}
@@ -179,8 +180,8 @@ func TestLeaseShare(t *testing.T) {
 // would have.
 func TestLeaseOneInstance(t *testing.T) {
 	p := must(slidingcounter.Policy("sc", 5, 10*time.Millisecond))
-	alg := p.Algorithm().(core.Leaser)
-	l := alg.NewLease(p, core.Seed{}, storetest.T0)
+	alg := p.Algorithm().(driver.Leaser)
+	l := alg.NewLease(p, driver.Seed{}, storetest.T0)
 	var st slidingcounter.State
 	var ok bool
 	now := storetest.T0
@@ -199,7 +200,7 @@ func TestLeaseOneInstance(t *testing.T) {
 		if changed {
 			st, ok = next, true
 		}
-		if want := core.ReplyOf(r); got != want {
+		if want := driver.ReplyOf(r); got != want {
 			t.Fatalf("step %d: lease %+v, script twin %+v", i, got, want)
 		}
 	}
@@ -210,16 +211,16 @@ func TestLeaseOneInstance(t *testing.T) {
 // window before the lease's counts nothing.
 func TestLeaseCharge(t *testing.T) {
 	p := must(slidingcounter.Policy("sc", 10, time.Second))
-	alg := p.Algorithm().(core.Leaser)
+	alg := p.Algorithm().(driver.Leaser)
 	const n = 2
-	l := alg.NewLease(p, core.Seed{}, storetest.T0)
+	l := alg.NewLease(p, driver.Seed{}, storetest.T0)
 	l.Charge(p, n, storetest.T0+100_000, 3) // 6 sub-units now
 	l.Charge(p, n, storetest.T0-1, 4)       // 8 in the window before
 	l.Charge(p, n, storetest.T0-1_000_001, 9)
 	// 6 + ⌈8 × 0.9⌉ = 14 of 10 sub-units: over the share; one more unit
 	// (2 sub-units) fits once 8 × (1 s − e) ≤ 2 × 1 s, at e = 750 ms.
 	now := storetest.T0 + 100_000
-	want := core.Reply{Remaining: 0, RetryAfter: 650_000, ResetAfter: 1_900_000, Now: now}
+	want := driver.Reply{Remaining: 0, RetryAfter: 650_000, ResetAfter: 1_900_000, Now: now}
 	if r := l.Decide(p, n, now, 1); r != want {
 		t.Fatalf("after the charges: %+v, want %+v", r, want)
 	}
@@ -229,8 +230,8 @@ func TestLeaseCharge(t *testing.T) {
 // flag or a negative count or carry is an error, not a panic.
 func TestLeaseLoadBadBytes(t *testing.T) {
 	p := must(slidingcounter.Policy("sc", 10, time.Second))
-	alg := p.Algorithm().(core.Leaser)
-	l := alg.NewLease(p, core.Seed{Value: 3, At: storetest.T0}, storetest.T0)
+	alg := p.Algorithm().(driver.Leaser)
+	l := alg.NewLease(p, driver.Seed{Value: 3, At: storetest.T0}, storetest.T0)
 	data := l.AppendBinary(nil)
 	for cut := range len(data) {
 		if _, err := alg.LoadLease(p, data[:cut]); !errors.Is(err, core.ErrMalformedReply) {
@@ -263,7 +264,7 @@ func TestLeaseLoadBadBytes(t *testing.T) {
 func TestLeaseKeepsFractions(t *testing.T) {
 	const lim, n, w = 20, 4, 1_000_000
 	p := must(slidingcounter.Policy("sc", lim, time.Second))
-	l := p.Algorithm().(core.Leaser).NewLease(p, core.Seed{}, storetest.T0)
+	l := p.Algorithm().(driver.Leaser).NewLease(p, driver.Seed{}, storetest.T0)
 	perWindow := map[int64]int64{}
 	const windows = 40
 	for now := storetest.T0; now < storetest.T0+windows*w; now += 1000 {
@@ -302,7 +303,7 @@ func TestLeasesKeepThePace(t *testing.T) {
 	const w, step = 1_000_000, 250
 	for _, tc := range []struct{ lim, n int64 }{{20, 4}, {20, 2}, {100, 4}, {10, 1}} {
 		p := must(slidingcounter.Policy("sc", tc.lim, time.Second))
-		alg := p.Algorithm().(core.Leaser)
+		alg := p.Algorithm().(driver.Leaser)
 		// Killed a window after the key's first, spent at once (what the
 		// instances see of it are denials till its end), or later.
 		for _, killWindow := range []int64{1, 3} {
@@ -311,9 +312,9 @@ func TestLeasesKeepThePace(t *testing.T) {
 				end := kill + 6*w
 				var shared, alone slidingcounter.State
 				var sharedOK, aloneOK bool
-				known := make([]core.Seed, tc.n)
+				known := make([]driver.Seed, tc.n)
 				until := make([]int64, tc.n)
-				var leases []core.Lease
+				var leases []driver.Lease
 				fixed := map[int64]int64{}
 				var want, got int64
 				for i, now := int64(0), storetest.T0; now < end; i, now = i+1, now+step {
@@ -335,7 +336,7 @@ func TestLeasesKeepThePace(t *testing.T) {
 						} else {
 							until[in] = now + r[2]
 						}
-						known[in] = alg.Observe(p, known[in], 1, core.ReplyOf(r))
+						known[in] = alg.Observe(p, known[in], 1, driver.ReplyOf(r))
 						continue
 					}
 					if leases == nil {

@@ -6,14 +6,15 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 )
 
 var (
-	_ core.Quotaer         = algorithm{}
-	_ core.WindowAlgorithm = algorithm{}
+	_ driver.Quotaer         = algorithm{}
+	_ driver.WindowAlgorithm = algorithm{}
 )
 
-func init() { core.Register(Algorithm) }
+func init() { driver.Register(Algorithm) }
 
 // WindowPolicy is Policy, for the config loader: a limit and a window.
 func (algorithm) WindowPolicy(name string, limit int64, window time.Duration) (core.Policy, error) {

@@ -6,22 +6,22 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/algorithms/slidingcounter"
-	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 	"github.com/holdfast/holdfast/storetest"
 )
 
 // TestQuota: the capabilities the config loader, the middleware and the
 // demo ask of the counter, with exact values; the package registers it.
 func TestQuota(t *testing.T) {
-	alg, err := core.AlgorithmByName(slidingcounter.Name)
+	alg, err := driver.AlgorithmByName(slidingcounter.Name)
 	if err != nil || alg != slidingcounter.Algorithm {
 		t.Fatalf("AlgorithmByName(%q) = %v, %v", slidingcounter.Name, alg, err)
 	}
-	p, err := alg.(core.WindowAlgorithm).WindowPolicy("api", 20, 2*time.Second)
+	p, err := alg.(driver.WindowAlgorithm).WindowPolicy("api", 20, 2*time.Second)
 	if err != nil || p.Limit() != 20 || p.Interval() != 2*time.Second || p.Algorithm() != alg {
 		t.Fatalf("WindowPolicy = %v, %v", p, err)
 	}
-	q := alg.(core.Quotaer)
+	q := alg.(driver.Quotaer)
 	if units, w := q.Quota(p); units != 20 || w != 2*time.Second {
 		t.Errorf("Quota = %d per %v", units, w)
 	}
@@ -68,7 +68,7 @@ func TestBoundIsTheLeast(t *testing.T) {
 				}
 				least, most = min(least, n), max(most, n)
 			}
-			ideal, bound := slidingcounter.Algorithm.(core.Quotaer).Bound(p, time.Duration(d)*time.Microsecond)
+			ideal, bound := slidingcounter.Algorithm.(driver.Quotaer).Bound(p, time.Duration(d)*time.Microsecond)
 			if float64(least) < ideal || float64(least) > ideal+1 || float64(most) > bound {
 				t.Errorf("limit %d over %.1f windows: one counter admits %d to %d; Bound says %v from the start, %v over any span", lim, windows, least, most, ideal, bound)
 			}

@@ -17,6 +17,7 @@ import (
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	"github.com/holdfast/holdfast/backend/goredis"
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 	"github.com/holdfast/holdfast/internal/redistest"
 	"github.com/holdfast/holdfast/storetest"
 )
@@ -69,9 +70,9 @@ func TestRedisMatchesTwin(t *testing.T) {
 			lim = rapid.Int64Range(1, 1000).Draw(rt, "limit")
 			w = rapid.Int64Range(1, 10_000_000).Draw(rt, "window_us")
 		}
-		p := must(core.NewPolicy("sc", slidingcounter.Algorithm, lim, time.Duration(w)*time.Microsecond))
+		p := must(driver.NewPolicy("sc", slidingcounter.Algorithm, lim, time.Duration(w)*time.Microsecond))
 		now := storetest.T0 + rapid.Int64Range(0, 1<<40).Draw(rt, "now")
-		key := core.StorageKey("hf:", "sc", fmt.Sprint("twin-", i))
+		key := driver.StorageKey("hf:", "sc", fmt.Sprint("twin-", i))
 		var st slidingcounter.State
 		ok := rapid.Bool().Draw(rt, "stored")
 		if ok {
@@ -85,7 +86,7 @@ func TestRedisMatchesTwin(t *testing.T) {
 		cost := rapid.Int64Range(1, lim).Draw(rt, "cost")
 		got := storetest.Decide(rt, store, p, key, cost, now)
 		next, changed, r := slidingcounter.Decide(st, ok, now, lim, w, cost)
-		if want, _ := core.ParseReply(r[:]); got != want {
+		if want, _ := driver.ParseReply(r[:]); got != want {
 			rt.Fatalf("state %+v (%v): Redis %+v, twin %+v", st, ok, got, want)
 		}
 		if !changed {
@@ -107,7 +108,7 @@ func TestRedisKeyLifetime(t *testing.T) {
 	srv := redistest.Start(t)
 	store := newStore(t, srv)
 	p := must(slidingcounter.Policy("sc", 2, time.Hour))
-	key := core.StorageKey("hf:", "sc", "ttl")
+	key := driver.StorageKey("hf:", "sc", "ttl")
 	// 10 minutes into an hour: the key lives 110 minutes, to the ms.
 	now := (storetest.T0/3_600_000_000)*3_600_000_000 + 600_000_000
 	if r := storetest.Decide(t, store, p, key, 2, now); !r.Allowed || r.ResetAfter != 6_600_000_000 {
@@ -135,13 +136,13 @@ func TestRedisBadState(t *testing.T) {
 	p := must(slidingcounter.Policy("sc", 3, time.Second))
 	ctx := context.Background()
 	args := p.Algorithm().Args(p, 1, "", 0)
-	list := core.StorageKey("hf:", "sc", "list")
+	list := driver.StorageKey("hf:", "sc", "list")
 	srv.Do(t, "RPUSH", list, "x")
 	if _, err := store.Run(ctx, p.Algorithm().Script(), []string{list}, args); !errors.Is(err, core.ErrWrongType) {
 		t.Fatalf("list: %v, want ErrWrongType", err)
 	}
 	for _, v := range []string{"12", "1:2", "a:1:2", "1:2:3:4", "-1:2:3"} {
-		key := core.StorageKey("hf:", "sc", "bad")
+		key := driver.StorageKey("hf:", "sc", "bad")
 		srv.Do(t, "SET", key, v)
 		_, err := store.Run(ctx, p.Algorithm().Script(), []string{key}, args)
 		if err == nil || errors.Is(err, core.ErrWrongType) || !strings.Contains(err.Error(), "corrupt state in "+key) {
@@ -174,11 +175,11 @@ func TestRedisMemoryPerKey(t *testing.T) {
 	}{
 		{"counter 100 per minute", must(slidingcounter.Policy("sc", 100, time.Minute)), 1, 1, 88},
 		{"counter 10^6 per second", must(slidingcounter.Policy("sc", 1_000_000, time.Second)), 999_999, 1, 104},
-		{"counter largest", must(core.NewPolicy("sc", slidingcounter.Algorithm, 1<<20, 1<<30*time.Microsecond)), 1 << 20, 1, 104},
+		{"counter largest", must(driver.NewPolicy("sc", slidingcounter.Algorithm, 1<<20, 1<<30*time.Microsecond)), 1 << 20, 1, 104},
 		// The longest string a key may hold: a 1 µs window's index, the
 		// largest limit and a replay's twice that. Written, not decided
 		// (a 1 µs window's key lives 1 ms).
-		{"counter longest string", must(core.NewPolicy("sc", slidingcounter.Algorithm, core.MaxLimit, time.Microsecond)), 0, 1, 120},
+		{"counter longest string", must(driver.NewPolicy("sc", slidingcounter.Algorithm, core.MaxLimit, time.Microsecond)), 0, 1, 120},
 		{"token bucket", must(tokenbucket.Policy("tb", 100, 0.01)), 1, 1, 0},
 		{"sliding window 3 units", must(slidingwindow.Policy("sw", 100, time.Minute)), 1, 3, 0},
 		{"sliding window 100 units", must(slidingwindow.Policy("sw", 100, time.Minute)), 1, 100, 0},
@@ -191,7 +192,7 @@ func TestRedisMemoryPerKey(t *testing.T) {
 		}
 		before := usedMemory(t, srv)
 		p := tc.policy
-		calls := make([]core.Call, 0, 10_000)
+		calls := make([]driver.Call, 0, 10_000)
 		flush := func() {
 			for _, r := range store.RunMany(ctx, calls) {
 				if r.Err != nil {
@@ -201,13 +202,13 @@ func TestRedisMemoryPerKey(t *testing.T) {
 			calls = calls[:0]
 		}
 		for i := range keys {
-			key := core.StorageKey("hf:", p.Name(), fmt.Sprintf("k%06d", i))
+			key := driver.StorageKey("hf:", p.Name(), fmt.Sprintf("k%06d", i))
 			if tc.cost == 0 {
 				srv.Do(t, "SET", key, fmt.Sprintf("%d:%d:%d", storetest.T0, core.MaxLimit, 2*core.MaxLimit), "PX", "600000")
 				continue
 			}
 			for u := range tc.units {
-				calls = append(calls, core.Call{Script: p.Algorithm().Script(), Keys: []string{key}, Args: p.Algorithm().Args(p, tc.cost, core.NewRequestID(), 0)})
+				calls = append(calls, driver.Call{Script: p.Algorithm().Script(), Keys: []string{key}, Args: p.Algorithm().Args(p, tc.cost, driver.NewRequestID(), 0)})
 				if len(calls) == cap(calls) || u == tc.units-1 && i == keys-1 {
 					flush()
 				}
@@ -216,13 +217,13 @@ func TestRedisMemoryPerKey(t *testing.T) {
 		delta := float64(usedMemory(t, srv)-before) / float64(keys)
 		worst := 0
 		for i := 0; i < keys; i += max(keys/100, 1) {
-			usage, err := strconv.Atoi(srv.Do(t, "MEMORY", "USAGE", core.StorageKey("hf:", p.Name(), fmt.Sprintf("k%06d", i)), "SAMPLES", "0"))
+			usage, err := strconv.Atoi(srv.Do(t, "MEMORY", "USAGE", driver.StorageKey("hf:", p.Name(), fmt.Sprintf("k%06d", i)), "SAMPLES", "0"))
 			if err != nil {
 				t.Fatal(err)
 			}
 			worst = max(worst, usage)
 		}
-		first := core.StorageKey("hf:", p.Name(), "k000000")
+		first := driver.StorageKey("hf:", p.Name(), "k000000")
 		t.Logf("%s: %d keys, MEMORY USAGE at most %d B (%s, encoding %s), used_memory delta %.1f B per key",
 			tc.name, keys, worst, srv.Do(t, "TYPE", first), srv.Do(t, "OBJECT", "ENCODING", first), delta)
 		if tc.max > 0 && worst > tc.max {

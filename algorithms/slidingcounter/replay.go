@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 )
 
 //go:embed replay.lua
@@ -13,16 +14,16 @@ var replaySource string
 // ReplayScript is the counter's replay of an outage's grants (replay.lua):
 // each grant counts in the fixed window of its original time, once per
 // batch marker.
-var ReplayScript = core.NewScript("reconcile_"+Name, replaySource, nil)
+var ReplayScript = driver.NewScript("reconcile_"+Name, replaySource, nil)
 
 // ReplayMultiScript applies several batches in one call, each as
-// ReplayScript would alone (core.NewMultiReplayScript of replay.lua).
-var ReplayMultiScript = core.NewMultiReplayScript("reconcile_"+Name+"_multi", replaySource)
+// ReplayScript would alone (driver.NewMultiReplayScript of replay.lua).
+var ReplayMultiScript = driver.NewMultiReplayScript("reconcile_"+Name+"_multi", replaySource)
 
 // MultiReplayScript is ReplayMultiScript.
-func (algorithm) MultiReplayScript() *core.Script { return ReplayMultiScript }
+func (algorithm) MultiReplayScript() *driver.Script { return ReplayMultiScript }
 
-var _ core.MultiReplayer = algorithm{}
+var _ driver.MultiReplayer = algorithm{}
 
 // ReplayCall returns the replay.lua call for batch b: KEYS the counter and
 // the marker; ARGV the limit, the window, the marker TTL, the seed (its
@@ -30,7 +31,7 @@ var _ core.MultiReplayer = algorithm{}
 // the key held then, in that window or the one before) and the grants as
 // (time, cost) pairs. Its reply is {1, units counted} when it
 // applied the batch, {0, 0} when the marker says it was applied before.
-func (algorithm) ReplayCall(b *core.Batch, o core.ReplayOptions) core.Call {
+func (algorithm) ReplayCall(b *driver.Batch, o driver.ReplayOptions) driver.Call {
 	i64 := func(v int64) string { return strconv.FormatInt(v, 10) }
 	p := b.Policy
 	args := make([]string, 0, 5+2*len(b.Grants))
@@ -40,7 +41,7 @@ func (algorithm) ReplayCall(b *core.Batch, o core.ReplayOptions) core.Call {
 	for _, g := range b.Grants {
 		args = append(args, i64(g.At), i64(g.Cost))
 	}
-	return core.Call{Script: ReplayScript, Keys: []string{b.Key, o.MarkerKey}, Args: args}
+	return driver.Call{Script: ReplayScript, Keys: []string{b.Key, o.MarkerKey}, Args: args}
 }
 
 // Coalesces is true: a grant charged at a later time counts in the same
@@ -78,7 +79,7 @@ func (s State) count(g, units int64) (State, bool) {
 // the one before in the previous window, older ones not at all; counts stop
 // at 2 × lim. When nothing is counted the key is left as it was: next is
 // cur.
-func Replay(cur State, ok bool, seed core.Seed, lim, w, now int64, grants []core.Grant) (next State, added int64) {
+func Replay(cur State, ok bool, seed driver.Seed, lim, w, now int64, grants []driver.Grant) (next State, added int64) {
 	s := State{Window: now / w}
 	if ok {
 		s = cur.Roll(s.Window)

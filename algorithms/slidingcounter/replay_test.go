@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/algorithms/slidingcounter"
-	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 	"github.com/holdfast/holdfast/internal/redistest"
 	"github.com/holdfast/holdfast/reconcile"
 	"github.com/holdfast/holdfast/storetest"
@@ -23,28 +23,28 @@ func TestReplayModel(t *testing.T) {
 	const lim, w = 10, 1_000_000
 	now := storetest.T0 + 500_000
 	k := now / w
-	g := func(at, cost int64) core.Grant { return core.Grant{Cost: cost, At: storetest.T0 + at} }
+	g := func(at, cost int64) driver.Grant { return driver.Grant{Cost: cost, At: storetest.T0 + at} }
 	// 2 now, 4 a window ago, 5 two windows ago.
-	grants := []core.Grant{g(100_000, 2), g(-500_000, 4), g(-1_500_000, 5)}
-	seed := core.Seed{Value: 5, At: storetest.T0 - 200_000}
+	grants := []driver.Grant{g(100_000, 2), g(-500_000, 4), g(-1_500_000, 5)}
+	seed := driver.Seed{Value: 5, At: storetest.T0 - 200_000}
 	for _, tc := range []struct {
 		name   string
 		cur    slidingcounter.State
 		ok     bool
-		seed   core.Seed
-		grants []core.Grant
+		seed   driver.Seed
+		grants []driver.Grant
 		want   slidingcounter.State
 		added  int64
 	}{
 		{"same_window", slidingcounter.State{Window: k, Cur: 2, Prev: 3}, true, seed, grants, slidingcounter.State{Window: k, Cur: 4, Prev: 7}, 6},
 		{"window_before", slidingcounter.State{Window: k - 1, Cur: 3, Prev: 9}, true, seed, grants, slidingcounter.State{Window: k, Cur: 2, Prev: 7}, 6},
 		{"missing_seeded", slidingcounter.State{}, false, seed, grants, slidingcounter.State{Window: k, Cur: 2, Prev: 9}, 11},
-		{"missing_old_seed", slidingcounter.State{}, false, core.Seed{Value: 5, At: storetest.T0 - 2_000_000}, grants, slidingcounter.State{Window: k, Cur: 2, Prev: 4}, 6},
-		{"missing_no_seed", slidingcounter.State{}, false, core.Seed{}, grants, slidingcounter.State{Window: k, Cur: 2, Prev: 4}, 6},
-		{"capped", slidingcounter.State{Window: k, Cur: 9, Prev: 19}, true, core.Seed{}, []core.Grant{g(0, 10), g(1, 5), g(-1, 3)}, slidingcounter.State{Window: k, Cur: 20, Prev: 20}, 18},
-		{"future_grant_counts_now", slidingcounter.State{}, false, core.Seed{}, []core.Grant{g(2_000_000, 1)}, slidingcounter.State{Window: k, Cur: 1}, 1},
-		{"stored_window_ahead", slidingcounter.State{Window: k + 1, Cur: 1}, true, core.Seed{}, grants, slidingcounter.State{Window: k + 1, Cur: 1, Prev: 2}, 2},
-		{"nothing_counted", slidingcounter.State{Window: k - 3, Cur: 1, Prev: 1}, true, core.Seed{}, []core.Grant{g(-1_500_000, 5)}, slidingcounter.State{Window: k - 3, Cur: 1, Prev: 1}, 0},
+		{"missing_old_seed", slidingcounter.State{}, false, driver.Seed{Value: 5, At: storetest.T0 - 2_000_000}, grants, slidingcounter.State{Window: k, Cur: 2, Prev: 4}, 6},
+		{"missing_no_seed", slidingcounter.State{}, false, driver.Seed{}, grants, slidingcounter.State{Window: k, Cur: 2, Prev: 4}, 6},
+		{"capped", slidingcounter.State{Window: k, Cur: 9, Prev: 19}, true, driver.Seed{}, []driver.Grant{g(0, 10), g(1, 5), g(-1, 3)}, slidingcounter.State{Window: k, Cur: 20, Prev: 20}, 18},
+		{"future_grant_counts_now", slidingcounter.State{}, false, driver.Seed{}, []driver.Grant{g(2_000_000, 1)}, slidingcounter.State{Window: k, Cur: 1}, 1},
+		{"stored_window_ahead", slidingcounter.State{Window: k + 1, Cur: 1}, true, driver.Seed{}, grants, slidingcounter.State{Window: k + 1, Cur: 1, Prev: 2}, 2},
+		{"nothing_counted", slidingcounter.State{Window: k - 3, Cur: 1, Prev: 1}, true, driver.Seed{}, []driver.Grant{g(-1_500_000, 5)}, slidingcounter.State{Window: k - 3, Cur: 1, Prev: 1}, 0},
 	} {
 		next, added := slidingcounter.Replay(tc.cur, tc.ok, tc.seed, lim, w, now, tc.grants)
 		if next != tc.want || added != tc.added {
@@ -57,9 +57,9 @@ func TestReplayModel(t *testing.T) {
 // the marker's TTL, the seed and the grants' times and costs.
 func TestReplayCall(t *testing.T) {
 	p := must(slidingcounter.Policy("sc", 10, 2*time.Second))
-	b := core.Batch{ID: "i1:e1:1", Key: "hf:{sc:k}", Policy: p, Seed: core.Seed{Value: 3, At: 77},
-		Grants: []core.Grant{{ID: "a", Cost: 2, At: 100}, {ID: "b", Cost: 1, At: 101}}}
-	c := p.Algorithm().(core.Replayer).ReplayCall(&b, core.ReplayOptions{MarkerKey: "hf:{sc:k}:rb:i1:e1:1", MarkerTTL: 24 * time.Hour, MergeKey: "unused", MergeWindow: time.Second})
+	b := driver.Batch{ID: "i1:e1:1", Key: "hf:{sc:k}", Policy: p, Seed: driver.Seed{Value: 3, At: 77},
+		Grants: []driver.Grant{{ID: "a", Cost: 2, At: 100}, {ID: "b", Cost: 1, At: 101}}}
+	c := p.Algorithm().(driver.Replayer).ReplayCall(&b, driver.ReplayOptions{MarkerKey: "hf:{sc:k}:rb:i1:e1:1", MarkerTTL: 24 * time.Hour, MergeKey: "unused", MergeWindow: time.Second})
 	if c.Script != slidingcounter.ReplayScript || c.Script.Guarded() ||
 		!reflect.DeepEqual(c.Keys, []string{"hf:{sc:k}", "hf:{sc:k}:rb:i1:e1:1"}) ||
 		!reflect.DeepEqual(c.Args, []string{"10", "2000000", "86400000", "3", "77", "100", "2", "101", "1"}) {
@@ -72,7 +72,7 @@ func TestReplayCall(t *testing.T) {
 // coalesce.
 func TestOutdatedAndCoalesces(t *testing.T) {
 	p := must(slidingcounter.Policy("sc", 10, time.Second))
-	rp := p.Algorithm().(core.Replayer)
+	rp := p.Algorithm().(driver.Replayer)
 	now := storetest.T0 + 500_000
 	for _, tc := range []struct {
 		at   int64
@@ -81,7 +81,7 @@ func TestOutdatedAndCoalesces(t *testing.T) {
 		if got := rp.Outdated(p, tc.at, now); got != tc.want {
 			t.Errorf("Outdated(%+d µs) = %v, want %v", tc.at-storetest.T0, got, tc.want)
 		}
-		_, added := slidingcounter.Replay(slidingcounter.State{}, false, core.Seed{}, 10, 1_000_000, now, []core.Grant{{Cost: 1, At: tc.at}})
+		_, added := slidingcounter.Replay(slidingcounter.State{}, false, driver.Seed{}, 10, 1_000_000, now, []driver.Grant{{Cost: 1, At: tc.at}})
 		if (added == 0) != tc.want {
 			t.Errorf("grant at %+d µs: replay counted %d, Outdated %v", tc.at-storetest.T0, added, tc.want)
 		}
@@ -115,7 +115,7 @@ func TestRedisReplay(t *testing.T) {
 		{"missing_unseeded", 99, 0},
 		{"stored_beats_seed", 0, -1},
 	} {
-		key := core.StorageKey("hf:", "sc", fmt.Sprint("replay-", i))
+		key := driver.StorageKey("hf:", "sc", fmt.Sprint("replay-", i))
 		now := redisNow(t, srv)
 		var cur slidingcounter.State
 		ok := tc.stored != 99
@@ -123,16 +123,16 @@ func TestRedisReplay(t *testing.T) {
 			cur = slidingcounter.State{Window: now/w + tc.stored, Cur: 3, Prev: 4}
 			put(t, srv, key, cur)
 		}
-		var seed core.Seed
+		var seed driver.Seed
 		if tc.seed != 0 {
-			seed = core.Seed{Value: 6, At: (now/w+tc.seed)*w + 1}
+			seed = driver.Seed{Value: 6, At: (now/w+tc.seed)*w + 1}
 		}
 		// Grants of now's window, the one before and the one before that.
 		at := func(win, off int64) int64 { return (now/w+win)*w + off }
-		b := core.Batch{ID: "app1:e1:" + tc.name, Key: key, Policy: p, Seed: seed, Grants: []core.Grant{
+		b := driver.Batch{ID: "app1:e1:" + tc.name, Key: key, Policy: p, Seed: seed, Grants: []driver.Grant{
 			{Cost: 4, At: at(-2, 9_000_000)}, {Cost: 2, At: at(-1, 5)}, {Cost: 3, At: at(-1, 9_999_999)}, {Cost: 1, At: at(0, 0)},
 		}}
-		call := p.Algorithm().(core.Replayer).ReplayCall(&b, core.ReplayOptions{MarkerKey: key + ":rb:" + b.ID, MarkerTTL: time.Hour})
+		call := p.Algorithm().(driver.Replayer).ReplayCall(&b, driver.ReplayOptions{MarkerKey: key + ":rb:" + b.ID, MarkerTTL: time.Hour})
 		before := redisNow(t, srv)
 		reply, err := store.Run(ctx, call.Script, call.Keys, call.Args)
 		after := redisNow(t, srv)
@@ -173,7 +173,7 @@ func TestRedisReplay(t *testing.T) {
 }
 
 // TestReconcile: reconcile replays the counter's batches through
-// core.Replayer with nothing of its own for it: several keys in one
+// driver.Replayer with nothing of its own for it: several keys in one
 // pipelined Reconcile, then the same batches again after a lost
 // acknowledgement, count once.
 func TestReconcile(t *testing.T) {
@@ -183,11 +183,11 @@ func TestReconcile(t *testing.T) {
 	const lim, w = 10, 10_000_000
 	p := must(slidingcounter.Policy("sc", lim, w*time.Microsecond))
 	now := redisNow(t, srv)
-	var batches []core.Batch
+	var batches []driver.Batch
 	for i := range 3 {
-		key := core.StorageKey("hf:", "sc", fmt.Sprint("reconcile-", i))
-		batches = append(batches, core.Batch{ID: fmt.Sprint("app1:e1:", i), Key: key, Policy: p,
-			Grants: []core.Grant{{Cost: int64(i + 1), At: now - 1}, {Cost: 2, At: now}}})
+		key := driver.StorageKey("hf:", "sc", fmt.Sprint("reconcile-", i))
+		batches = append(batches, driver.Batch{ID: fmt.Sprint("app1:e1:", i), Key: key, Policy: p,
+			Grants: []driver.Grant{{Cost: int64(i + 1), At: now - 1}, {Cost: 2, At: now}}})
 	}
 	r := reconcile.New(reconcile.Options{})
 	for attempt := range 2 {
@@ -200,8 +200,8 @@ func TestReconcile(t *testing.T) {
 	after := redisNow(t, srv)
 	for i, b := range batches {
 		got, _ := stored(t, srv, b.Key)
-		lo, _ := slidingcounter.Replay(slidingcounter.State{}, false, core.Seed{}, lim, w, now, b.Grants)
-		hi, _ := slidingcounter.Replay(slidingcounter.State{}, false, core.Seed{}, lim, w, after, b.Grants)
+		lo, _ := slidingcounter.Replay(slidingcounter.State{}, false, driver.Seed{}, lim, w, now, b.Grants)
+		hi, _ := slidingcounter.Replay(slidingcounter.State{}, false, driver.Seed{}, lim, w, after, b.Grants)
 		if got != lo && got != hi {
 			t.Errorf("key %d: Redis %+v, model %+v or %+v", i, got, lo, hi)
 		}

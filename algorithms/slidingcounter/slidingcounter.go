@@ -29,12 +29,12 @@
 // MaxProduct and counts are read at most 2 × Limit), so the Lua script
 // (slidingcounter.lua) and its Go twin (Decide) return identical answers.
 //
-// Algorithm has the capabilities of core's seam: core.Leaser (one
+// Algorithm has the capabilities of core's seam: driver.Leaser (one
 // instance's 1/n share during an outage, counted on sub-units),
-// core.Replayer (an outage's grants counted once, each in the fixed window
-// of its original time: ReplayScript, modelled by Replay), core.Quotaer and
-// core.WindowAlgorithm (configured as limit and window). The package
-// registers it with core.Register.
+// driver.Replayer (an outage's grants counted once, each in the fixed window
+// of its original time: ReplayScript, modelled by Replay), driver.Quotaer and
+// driver.WindowAlgorithm (configured as limit and window). The package
+// registers it with driver.Register.
 package slidingcounter
 
 import (
@@ -43,6 +43,7 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 )
 
 // Name is the algorithm's config name.
@@ -57,8 +58,8 @@ const MaxProduct = 1 << 50
 var source string
 
 // script is the decision; peekScript the same source with PEEK set, the
-// reply without the write (core.Peeker).
-var script, peekScript = core.NewDecisionScripts(Name, source, local, cloneState)
+// reply without the write (driver.Peeker).
+var script, peekScript = driver.NewDecisionScripts(Name, source, local, cloneState)
 
 // cloneState copies the state the memory store holds, for a peek.
 func cloneState(prev any) any {
@@ -71,33 +72,33 @@ func cloneState(prev any) any {
 
 type algorithm struct{}
 
-// Algorithm is the sliding window counter as a core.Algorithm. It is also a
-// core.DirectAlgorithm.
-var Algorithm core.Algorithm = algorithm{}
+// Algorithm is the sliding window counter as a driver.Algorithm. It is also a
+// driver.DirectAlgorithm.
+var Algorithm driver.Algorithm = algorithm{}
 
-var _ core.DirectAlgorithm = algorithm{}
+var _ driver.DirectAlgorithm = algorithm{}
 
 // Policy returns a sliding window counter policy named name that admits at
 // most limit units in each fixed window of length window, and about limit
 // in any window of that length.
 func Policy(name string, limit int64, window time.Duration) (core.Policy, error) {
-	return core.NewPolicy(name, Algorithm, limit, window)
+	return driver.NewPolicy(name, Algorithm, limit, window)
 }
 
-func (algorithm) Name() string         { return Name }
-func (algorithm) Script() *core.Script { return script }
-func (algorithm) NeedsID() bool        { return false }
+func (algorithm) Name() string           { return Name }
+func (algorithm) Script() *driver.Script { return script }
+func (algorithm) NeedsID() bool          { return false }
 
 func (algorithm) Validate(limit int64, window time.Duration) error {
 	if w := window.Microseconds(); limit > MaxProduct/w {
-		return core.Errorf(core.ErrInvalidPolicy, "sliding window counter: limit %d × window %v is beyond %d unit-µs", limit, window, int64(MaxProduct))
+		return driver.Errorf(core.ErrInvalidPolicy, "sliding window counter: limit %d × window %v is beyond %d unit-µs", limit, window, int64(MaxProduct))
 	}
 	return nil
 }
 
 func (algorithm) Args(p core.Policy, cost int64, _ string, nowMicros int64) []string {
 	// Room for the optional now and the deadline a caller appends
-	// (core.DeadlineArg): one allocation per call.
+	// (driver.DeadlineArg): one allocation per call.
 	args := append(make([]string, 0, 6),
 		strconv.FormatInt(p.Limit(), 10),
 		strconv.FormatInt(p.Interval().Microseconds(), 10),
@@ -155,12 +156,12 @@ func weighted(s State, now, w int64) int64 {
 // false when the key holds nothing), the time now in microseconds, the
 // limit lim, the window w in microseconds and the cost n, it returns the
 // next state, whether it changed (an admission), and the script's reply.
-func Decide(st State, ok bool, now, lim, w, n int64) (next State, changed bool, reply [core.ReplyLen]int64) {
+func Decide(st State, ok bool, now, lim, w, n int64) (next State, changed bool, reply [driver.ReplyLen]int64) {
 	next, admit, remaining, retry, reset := decide(st, ok, now, lim, w, n, 1, 0)
 	if !admit {
-		return st, false, [core.ReplyLen]int64{0, remaining, retry, reset, now}
+		return st, false, [driver.ReplyLen]int64{0, remaining, retry, reset, now}
 	}
-	return next, true, [core.ReplyLen]int64{1, remaining, 0, reset, now}
+	return next, true, [driver.ReplyLen]int64{1, remaining, 0, reset, now}
 }
 
 // decide is the one decision every twin makes (Decide, the lease, the
@@ -223,16 +224,16 @@ func retryAfter(s State, now, lim, w, need, slack, next int64) int64 {
 	return start + w + e - now
 }
 
-// local is the Go twin as a core.LocalFunc, for the memory store: it
+// local is the Go twin as a driver.LocalFunc, for the memory store: it
 // parses the script's ARGV and decides as Step does.
 func local(prev any, now int64, args []string) (any, []int64, int64, error) {
-	v, err := core.ParseArgs(args, 3, 4)
+	v, err := driver.ParseArgs(args, 3, 4)
 	if err != nil {
 		return prev, nil, 0, err
 	}
 	lim, w, n := v[0], v[1], v[2]
 	if lim < 1 || w < 1 || n < 1 || n > lim {
-		return prev, nil, 0, core.Errorf(core.ErrInvalidPolicy, "sliding window counter: bad arguments %q", args)
+		return prev, nil, 0, driver.Errorf(core.ErrInvalidPolicy, "sliding window counter: bad arguments %q", args)
 	}
 	if len(v) == 4 && v[3] > 0 {
 		now = v[3]
@@ -248,16 +249,16 @@ func b2i(b bool) int64 {
 	return 0
 }
 
-// Step is the Go twin on typed arguments (core.DirectAlgorithm): the
+// Step is the Go twin on typed arguments (driver.DirectAlgorithm): the
 // decision local makes for ARGV Args(p, cost, "", 0).
-func (algorithm) Step(p core.Policy, prev any, live bool, now, cost int64) (any, core.Reply, int64) {
+func (algorithm) Step(p core.Policy, prev any, live bool, now, cost int64) (any, driver.Reply, int64) {
 	return step(prev, live, now, p.Limit(), p.Interval().Microseconds(), cost)
 }
 
 // step decides on the *State the memory store holds (prev, if live; an
 // expired one is reused), updated in place. The key lives until the end of
 // the window after its state's: then it reads as no state at all.
-func step(prev any, live bool, now, lim, w, n int64) (any, core.Reply, int64) {
+func step(prev any, live bool, now, lim, w, n int64) (any, driver.Reply, int64) {
 	st, _ := prev.(*State)
 	ok := live && st != nil
 	var cur State
@@ -265,7 +266,7 @@ func step(prev any, live bool, now, lim, w, n int64) (any, core.Reply, int64) {
 		cur = *st
 	}
 	next, admit, remaining, retry, reset := decide(cur, ok, now, lim, w, n, 1, 0)
-	r := core.Reply{Allowed: admit, Remaining: remaining, RetryAfter: retry, ResetAfter: reset, Now: now}
+	r := driver.Reply{Allowed: admit, Remaining: remaining, RetryAfter: retry, ResetAfter: reset, Now: now}
 	if !admit {
 		// A denial needs a state: a fresh counter admits any valid cost.
 		return prev, r, max((cur.Window+2)*w-now, 0)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/holdfast/holdfast/algorithms/slidingcounter"
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 	"github.com/holdfast/holdfast/storetest"
 )
 
@@ -116,7 +117,7 @@ func TestCounterInvariants(t *testing.T) {
 			if want := max(lim-est, 0); ok && r[1] != want {
 				rt.Fatalf("step %d: remaining %d, limit - estimate %d", i, r[1], want)
 			}
-			if _, err := core.ParseReply(r[:]); err != nil {
+			if _, err := driver.ParseReply(r[:]); err != nil {
 				rt.Fatalf("step %d: %v", i, err)
 			}
 		}
@@ -128,7 +129,7 @@ func TestCounterInvariants(t *testing.T) {
 // key lifetimes on the same requests, and a key lives until its state reads
 // as empty.
 func TestStepMatchesLocal(t *testing.T) {
-	alg := slidingcounter.Algorithm.(core.DirectAlgorithm)
+	alg := slidingcounter.Algorithm.(driver.DirectAlgorithm)
 	f := alg.Script().Local()
 	rapid.Check(t, func(rt *rapid.T) {
 		lim := rapid.Int64Range(1, 8).Draw(rt, "limit")
@@ -156,7 +157,7 @@ func TestStepMatchesLocal(t *testing.T) {
 				snext = nil
 			}
 			str, strExp = snext, now+sttl
-			want, err := core.ParseReply(sr)
+			want, err := driver.ParseReply(sr)
 			if err != nil || r != want || ttl != sttl {
 				rt.Fatalf("step %d: Step %+v ttl %d, local %+v ttl %d (%v)", i, r, ttl, want, sttl, err)
 			}
@@ -192,7 +193,7 @@ func FuzzLocal(f *testing.F) {
 			if lim > core.MaxLimit || win > core.MaxInterval.Microseconds() || lim > slidingcounter.MaxProduct/win {
 				return // beyond what a Policy allows
 			}
-			if _, err := core.ParseReply(r); err != nil {
+			if _, err := driver.ParseReply(r); err != nil {
 				t.Fatalf("args %q on %v: reply %v: %v", args, st, r, err)
 			}
 			st = next

@@ -6,25 +6,26 @@ import (
 	"sort"
 
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 )
 
-var _ core.Leaser = algorithm{}
+var _ driver.Leaser = algorithm{}
 
 // Observe reads a decision's reply as the units in the window and the time
 // of the newest: the reply's time for an admission, and for a denial the
 // time the window's newest unit leaves it, less a window. The reply alone
 // tells it: what was known before is not needed.
-func (algorithm) Observe(p core.Policy, _ core.Seed, _ int64, r core.Reply) core.Seed {
+func (algorithm) Observe(p core.Policy, _ driver.Seed, _ int64, r driver.Reply) driver.Seed {
 	newest := r.Now
 	if !r.Allowed {
 		newest = r.Now + r.ResetAfter - p.Interval().Microseconds()
 	}
-	return core.Seed{Value: p.Limit() - r.Remaining, At: newest}
+	return driver.Seed{Value: p.Limit() - r.Remaining, At: newest}
 }
 
 // NewLease starts a lease that carries the known units, as one weight at
 // the newest's time, while that time is still in the window.
-func (algorithm) NewLease(p core.Policy, seed core.Seed, now int64) core.Lease {
+func (algorithm) NewLease(p core.Policy, seed driver.Seed, now int64) driver.Lease {
 	l := &lease{}
 	if seed.At > 0 && seed.At > now-p.Interval().Microseconds() {
 		l.add(seed.At, seed.Value)
@@ -33,7 +34,7 @@ func (algorithm) NewLease(p core.Policy, seed core.Seed, now int64) core.Lease {
 }
 
 // LoadLease decodes AppendBinary's count and (time, weight) pairs.
-func (algorithm) LoadLease(_ core.Policy, data []byte) (core.Lease, error) {
+func (algorithm) LoadLease(_ core.Policy, data []byte) (driver.Lease, error) {
 	bad := fmt.Errorf("%w: sliding window lease: truncated or bad bytes", core.ErrMalformedReply)
 	next := func() (int64, bool) {
 		x, n := binary.Varint(data)
@@ -93,14 +94,14 @@ func (l *lease) trim(now, window int64) {
 
 // Decide admits cost units weighing n each under the limit max(L, n)
 // (sub-units).
-func (l *lease) Decide(p core.Policy, n, now, cost int64) core.Reply {
+func (l *lease) Decide(p core.Policy, n, now, cost int64) driver.Reply {
 	window := p.Interval().Microseconds()
 	lim := max(p.Limit(), n)
 	l.trim(now, window)
 	need := cost * n
 	if l.sum+need <= lim {
 		l.add(now, need)
-		return core.Reply{Allowed: true, Remaining: (lim - l.sum) / n, ResetAfter: window, Now: now}
+		return driver.Reply{Allowed: true, Remaining: (lim - l.sum) / n, ResetAfter: window, Now: now}
 	}
 	// Wait until enough weight leaves the window; a cost above the share
 	// never fits locally, so it is told to wait a window.
@@ -117,7 +118,7 @@ func (l *lease) Decide(p core.Policy, n, now, cost int64) core.Reply {
 	if len(l.at) > 0 {
 		reset = l.at[len(l.at)-1] + window - now
 	}
-	return core.Reply{Remaining: max(lim-l.sum, 0) / n, RetryAfter: max(retry, 0), ResetAfter: max(reset, 0), Now: now}
+	return driver.Reply{Remaining: max(lim-l.sum, 0) / n, RetryAfter: max(retry, 0), ResetAfter: max(reset, 0), Now: now}
 }
 
 func (l *lease) Charge(p core.Policy, n, at, cost int64) {

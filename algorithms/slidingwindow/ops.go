@@ -5,33 +5,34 @@ import (
 	"slices"
 
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 )
 
 //go:embed refund.lua
 var refundSource string
 
-var refundScript = core.NewScript(Name+"_refund", refundSource, refundLocal)
+var refundScript = driver.NewScript(Name+"_refund", refundSource, refundLocal)
 
 var (
-	_ core.Peeker   = algorithm{}
-	_ core.Refunder = algorithm{}
+	_ driver.Peeker   = algorithm{}
+	_ driver.Refunder = algorithm{}
 )
 
-func (algorithm) PeekScript() *core.Script { return peekScript }
+func (algorithm) PeekScript() *driver.Script { return peekScript }
 
 // RefundCall removes the members of request id from the window skey
 // (refund.lua).
-func (algorithm) RefundCall(_ core.Policy, skey string, cost int64, id string, r core.Reply) core.Call {
-	return core.Call{Script: refundScript, Keys: []string{skey}, Args: core.RefundArgs([]int64{cost, r.Now}, id)}
+func (algorithm) RefundCall(_ core.Policy, skey string, cost int64, id string, r driver.Reply) driver.Call {
+	return driver.Call{Script: refundScript, Keys: []string{skey}, Args: driver.RefundArgs([]int64{cost, r.Now}, id)}
 }
 
 // refundLocal is refund.lua's Go twin: the memory store keeps times, not
 // ids, so it removes n units admitted at the admission's time.
 func refundLocal(prev any, _ int64, args []string) (any, []int64, int64, error) {
 	if len(args) != 3 || args[2] == "" {
-		return prev, nil, -1, core.Errorf(core.ErrInvalidPolicy, "sliding window refund: bad arguments %q", args)
+		return prev, nil, -1, driver.Errorf(core.ErrInvalidPolicy, "sliding window refund: bad arguments %q", args)
 	}
-	v, err := core.ParseArgs(args[:2], 2, 2)
+	v, err := driver.ParseArgs(args[:2], 2, 2)
 	if err != nil {
 		return prev, nil, -1, err
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 )
 
 //go:embed replay.lua
@@ -14,24 +15,24 @@ var replaySource string
 // ReplayScript is the sliding window's replay: each grant's units are added
 // with their original time and request id, so they count where they
 // happened and a replay adds nothing twice (replay.lua).
-var ReplayScript = core.NewScript("reconcile_sliding_window", replaySource, nil)
+var ReplayScript = driver.NewScript("reconcile_sliding_window", replaySource, nil)
 
 // ReplayMultiScript applies several batches in one call, each as
-// ReplayScript would alone (core.NewMultiReplayScript of replay.lua).
-var ReplayMultiScript = core.NewMultiReplayScript("reconcile_sliding_window_multi", replaySource)
+// ReplayScript would alone (driver.NewMultiReplayScript of replay.lua).
+var ReplayMultiScript = driver.NewMultiReplayScript("reconcile_sliding_window_multi", replaySource)
 
 // MultiReplayScript is ReplayMultiScript.
-func (algorithm) MultiReplayScript() *core.Script { return ReplayMultiScript }
+func (algorithm) MultiReplayScript() *driver.Script { return ReplayMultiScript }
 
 var (
-	_ core.MultiReplayer = algorithm{}
-	_ core.Quotaer       = algorithm{}
+	_ driver.MultiReplayer = algorithm{}
+	_ driver.Quotaer       = algorithm{}
 )
 
 // ReplayCall returns the replay.lua call for batch b: KEYS the window and
 // the marker; ARGV the window, the marker TTL, the seed and the grants as
 // (time, cost, id) triples.
-func (algorithm) ReplayCall(b *core.Batch, o core.ReplayOptions) core.Call {
+func (algorithm) ReplayCall(b *driver.Batch, o driver.ReplayOptions) driver.Call {
 	i64 := func(v int64) string { return strconv.FormatInt(v, 10) }
 	args := make([]string, 0, 5+3*len(b.Grants))
 	// The seed's member prefix only when there are seed units: every
@@ -44,7 +45,7 @@ func (algorithm) ReplayCall(b *core.Batch, o core.ReplayOptions) core.Call {
 	for _, g := range b.Grants {
 		args = append(args, i64(g.At), i64(g.Cost), g.ID)
 	}
-	return core.Call{Script: ReplayScript, Keys: []string{b.Key, o.MarkerKey}, Args: args}
+	return driver.Call{Script: ReplayScript, Keys: []string{b.Key, o.MarkerKey}, Args: args}
 }
 
 // Coalesces is false: each grant keeps its own time and request id.
@@ -70,9 +71,9 @@ func (algorithm) Describe(p core.Policy) string {
 	return "sliding window " + strconv.FormatInt(p.Limit(), 10) + " per " + p.Interval().String()
 }
 
-func init() { core.Register(Algorithm) }
+func init() { driver.Register(Algorithm) }
 
-var _ core.WindowAlgorithm = algorithm{}
+var _ driver.WindowAlgorithm = algorithm{}
 
 // WindowPolicy is Policy, for the config loader.
 func (algorithm) WindowPolicy(name string, limit int64, window time.Duration) (core.Policy, error) {

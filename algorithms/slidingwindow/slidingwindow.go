@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 )
 
 // Name is the algorithm's config name.
@@ -28,8 +29,8 @@ const MaxLimit = 1_000_000
 var source string
 
 // script is the decision; peekScript the same source with PEEK set, the
-// reply without the write (core.Peeker).
-var script, peekScript = core.NewDecisionScripts(Name, source, local, cloneState)
+// reply without the write (driver.Peeker).
+var script, peekScript = driver.NewDecisionScripts(Name, source, local, cloneState)
 
 // cloneState copies the state the memory store holds, for a peek.
 func cloneState(prev any) any {
@@ -41,35 +42,35 @@ func cloneState(prev any) any {
 
 type algorithm struct{}
 
-// Algorithm is the sliding window as a core.Algorithm. It is also a
-// core.DirectAlgorithm.
-var Algorithm core.Algorithm = algorithm{}
+// Algorithm is the sliding window as a driver.Algorithm. It is also a
+// driver.DirectAlgorithm.
+var Algorithm driver.Algorithm = algorithm{}
 
-var _ core.DirectAlgorithm = algorithm{}
+var _ driver.DirectAlgorithm = algorithm{}
 
 // Policy returns a sliding window policy named name that admits at most limit
 // units in any window of length window.
 func Policy(name string, limit int64, window time.Duration) (core.Policy, error) {
-	return core.NewPolicy(name, Algorithm, limit, window)
+	return driver.NewPolicy(name, Algorithm, limit, window)
 }
 
-func (algorithm) Name() string         { return Name }
-func (algorithm) Script() *core.Script { return script }
-func (algorithm) NeedsID() bool        { return true }
+func (algorithm) Name() string           { return Name }
+func (algorithm) Script() *driver.Script { return script }
+func (algorithm) NeedsID() bool          { return true }
 
 func (algorithm) Validate(limit int64, window time.Duration) error {
 	if limit > MaxLimit {
-		return core.Errorf(core.ErrInvalidPolicy, "sliding window limit %d above %d", limit, MaxLimit)
+		return driver.Errorf(core.ErrInvalidPolicy, "sliding window limit %d above %d", limit, MaxLimit)
 	}
 	if window < time.Millisecond {
-		return core.Errorf(core.ErrInvalidPolicy, "sliding window %v shorter than 1ms", window)
+		return driver.Errorf(core.ErrInvalidPolicy, "sliding window %v shorter than 1ms", window)
 	}
 	return nil
 }
 
 func (algorithm) Args(p core.Policy, cost int64, id string, nowMicros int64) []string {
 	// Room for the optional now and the deadline a caller appends
-	// (core.DeadlineArg): one allocation per call.
+	// (driver.DeadlineArg): one allocation per call.
 	args := append(make([]string, 0, 6),
 		strconv.FormatInt(p.Limit(), 10),
 		strconv.FormatInt(int64(p.Interval()/time.Microsecond), 10),
@@ -102,12 +103,12 @@ func (l *Log) Trim(now, w int64) {
 // Decide is the Go twin of slidingwindow.lua: it trims l, then admits n units
 // at now if they fit under limit lim in window w (microseconds), appending
 // them to l. It returns the script's reply.
-func Decide(l *Log, now, lim, w, n int64) [core.ReplyLen]int64 {
+func Decide(l *Log, now, lim, w, n int64) [driver.ReplyLen]int64 {
 	l.Trim(now, w)
 	count := int64(len(l.At))
 	if count+n > lim {
 		k := count + n - lim
-		return [core.ReplyLen]int64{0, max(lim-count, 0), l.At[k-1] + w - now, l.At[count-1] + w - now, now}
+		return [driver.ReplyLen]int64{0, max(lim-count, 0), l.At[k-1] + w - now, l.At[count-1] + w - now, now}
 	}
 	i := sort.Search(len(l.At), func(i int) bool { return l.At[i] > now })
 	for range n {
@@ -117,22 +118,22 @@ func Decide(l *Log, now, lim, w, n int64) [core.ReplyLen]int64 {
 	for j := range n {
 		l.At[i+int(j)] = now
 	}
-	return [core.ReplyLen]int64{1, lim - count - n, 0, w, now}
+	return [driver.ReplyLen]int64{1, lim - count - n, 0, w, now}
 }
 
-// local adapts Decide to core.LocalFunc for the memory store.
+// local adapts Decide to driver.LocalFunc for the memory store.
 func local(prev any, now int64, args []string) (any, []int64, int64, error) {
 	if len(args) < 4 || len(args) > 5 || args[3] == "" {
-		return prev, nil, 0, core.Errorf(core.ErrInvalidPolicy, "sliding window: bad arguments %q", args)
+		return prev, nil, 0, driver.Errorf(core.ErrInvalidPolicy, "sliding window: bad arguments %q", args)
 	}
 	num := append([]string{args[0], args[1], args[2]}, args[4:]...)
-	v, err := core.ParseArgs(num, 3, 4)
+	v, err := driver.ParseArgs(num, 3, 4)
 	if err != nil {
 		return prev, nil, 0, err
 	}
 	lim, w, n := v[0], v[1], v[2]
 	if lim < 1 || w < 1 || n < 1 || n > lim {
-		return prev, nil, 0, core.Errorf(core.ErrInvalidPolicy, "sliding window: bad arguments %q", args)
+		return prev, nil, 0, driver.Errorf(core.ErrInvalidPolicy, "sliding window: bad arguments %q", args)
 	}
 	if len(v) == 4 && v[3] > 0 {
 		now = v[3]
@@ -141,17 +142,17 @@ func local(prev any, now int64, args []string) (any, []int64, int64, error) {
 	return next, r[:], ttl, nil
 }
 
-// Step is the Go twin on typed arguments (core.DirectAlgorithm): the
+// Step is the Go twin on typed arguments (driver.DirectAlgorithm): the
 // decision local makes for ARGV Args(p, cost, id, 0), whatever the id (the
 // twin keeps times, not ids).
-func (algorithm) Step(p core.Policy, prev any, live bool, now, cost int64) (any, core.Reply, int64) {
+func (algorithm) Step(p core.Policy, prev any, live bool, now, cost int64) (any, driver.Reply, int64) {
 	next, r, ttl := step(prev, live, now, p.Limit(), int64(p.Interval()/time.Microsecond), cost)
-	return next, core.Reply{Allowed: r[0] == 1, Remaining: r[1], RetryAfter: r[2], ResetAfter: r[3], Now: r[4]}, ttl
+	return next, driver.Reply{Allowed: r[0] == 1, Remaining: r[1], RetryAfter: r[2], ResetAfter: r[3], Now: r[4]}, ttl
 }
 
 // step decides on the *Log the memory store holds (prev, if live; an
 // expired one is reused).
-func step(prev any, live bool, now, lim, w, n int64) (any, [core.ReplyLen]int64, int64) {
+func step(prev any, live bool, now, lim, w, n int64) (any, [driver.ReplyLen]int64, int64) {
 	l, _ := prev.(*Log)
 	switch {
 	case l == nil:

@@ -5,25 +5,26 @@ import (
 	"fmt"
 
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 )
 
-var _ core.Leaser = algorithm{}
+var _ driver.Leaser = algorithm{}
 
 // Observe reads a decision's reply as the bucket's credit at the reply's
 // time: a full bucket's credit less the time until it is full again. The
 // reply alone tells it: what was known before is not needed.
-func (algorithm) Observe(p core.Policy, _ core.Seed, _ int64, r core.Reply) core.Seed {
-	return core.Seed{Value: p.Limit()*p.Interval().Microseconds() - r.ResetAfter, At: r.Now}
+func (algorithm) Observe(p core.Policy, _ driver.Seed, _ int64, r driver.Reply) driver.Seed {
+	return driver.Seed{Value: p.Limit()*p.Interval().Microseconds() - r.ResetAfter, At: r.Now}
 }
 
 // NewLease starts a lease from the known credit (seed.Value µs at seed.At),
 // or from a full bucket when nothing is known.
-func (algorithm) NewLease(_ core.Policy, seed core.Seed, _ int64) core.Lease {
+func (algorithm) NewLease(_ core.Policy, seed driver.Seed, _ int64) driver.Lease {
 	return &lease{st: State{Credit: seed.Value, Last: seed.At}, ok: seed.At > 0}
 }
 
 // LoadLease decodes AppendBinary's three varints.
-func (algorithm) LoadLease(_ core.Policy, data []byte) (core.Lease, error) {
+func (algorithm) LoadLease(_ core.Policy, data []byte) (driver.Lease, error) {
 	var v [3]int64
 	for i := range v {
 		x, n := binary.Varint(data)
@@ -46,13 +47,13 @@ type lease struct {
 	ok bool
 }
 
-func (l *lease) Decide(p core.Policy, n, now, cost int64) core.Reply {
+func (l *lease) Decide(p core.Policy, n, now, cost int64) driver.Reply {
 	t := p.Interval().Microseconds()
 	next, changed, r := DecideCredit(l.st, l.ok, now, max(p.Limit(), n)*t, n*t, cost)
 	if changed {
 		l.st, l.ok = next, true
 	}
-	return core.ReplyOf(r)
+	return driver.ReplyOf(r)
 }
 
 func (l *lease) Charge(p core.Policy, n, at, cost int64) {

@@ -4,35 +4,36 @@ import (
 	_ "embed"
 
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 )
 
 //go:embed refund.lua
 var refundSource string
 
-var refundScript = core.NewScript(Name+"_refund", refundSource, refundLocal)
+var refundScript = driver.NewScript(Name+"_refund", refundSource, refundLocal)
 
 var (
-	_ core.Peeker   = algorithm{}
-	_ core.Refunder = algorithm{}
+	_ driver.Peeker   = algorithm{}
+	_ driver.Refunder = algorithm{}
 )
 
-func (algorithm) PeekScript() *core.Script { return peekScript }
+func (algorithm) PeekScript() *driver.Script { return peekScript }
 
 // RefundCall gives cost tokens back to the bucket skey (refund.lua).
-func (algorithm) RefundCall(p core.Policy, skey string, cost int64, _ string, _ core.Reply) core.Call {
-	return core.Call{Script: refundScript, Keys: []string{skey},
-		Args: core.RefundArgs([]int64{p.Limit(), p.Interval().Microseconds(), cost})}
+func (algorithm) RefundCall(p core.Policy, skey string, cost int64, _ string, _ driver.Reply) driver.Call {
+	return driver.Call{Script: refundScript, Keys: []string{skey},
+		Args: driver.RefundArgs([]int64{p.Limit(), p.Interval().Microseconds(), cost})}
 }
 
 // refundLocal is refund.lua's Go twin.
 func refundLocal(prev any, now int64, args []string) (any, []int64, int64, error) {
-	v, err := core.ParseArgs(args, 3, 3)
+	v, err := driver.ParseArgs(args, 3, 3)
 	if err != nil {
 		return prev, nil, -1, err
 	}
 	c, t, n := v[0], v[1], v[2]
 	if c < 1 || t < 1 || n < 1 || n > c {
-		return prev, nil, -1, core.Errorf(core.ErrInvalidPolicy, "token bucket refund: bad arguments %q", args)
+		return prev, nil, -1, driver.Errorf(core.ErrInvalidPolicy, "token bucket refund: bad arguments %q", args)
 	}
 	st, ok := prev.(*State)
 	if !ok {

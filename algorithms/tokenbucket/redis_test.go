@@ -12,6 +12,7 @@ import (
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	"github.com/holdfast/holdfast/backend/goredis"
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 	"github.com/holdfast/holdfast/internal/redistest"
 	"github.com/holdfast/holdfast/storetest"
 )
@@ -63,17 +64,17 @@ func TestRedisMemoryPerKey(t *testing.T) {
 		// The benchmark's policy: a key lives 100 s after one decision.
 		{"bench", must(tokenbucket.Policy("tb", 100, 0.01)), 1},
 		// Credit near MaxCredit: the largest integers the state holds.
-		{"max_credit", must(core.NewPolicy("tbmax", tokenbucket.Algorithm, 3_000_000, 375*time.Second)), 1},
+		{"max_credit", must(driver.NewPolicy("tbmax", tokenbucket.Algorithm, 3_000_000, 375*time.Second)), 1},
 	} {
 		srv.Do(t, "FLUSHALL")
 		before := usedMemory(t, srv)
 		p := tc.policy
 		args := p.Algorithm().Args(p, tc.cost, "", 0)
-		calls := make([]core.Call, 0, 10_000)
+		calls := make([]driver.Call, 0, 10_000)
 		for i := 0; i < n; i += cap(calls) {
 			calls = calls[:0]
 			for j := i; j < min(n, i+cap(calls)); j++ {
-				calls = append(calls, core.Call{Script: p.Algorithm().Script(), Keys: []string{core.StorageKey("hf:", "tb", fmt.Sprintf("k%06d", j))}, Args: args})
+				calls = append(calls, driver.Call{Script: p.Algorithm().Script(), Keys: []string{driver.StorageKey("hf:", "tb", fmt.Sprintf("k%06d", j))}, Args: args})
 			}
 			for _, r := range store.RunMany(ctx, calls) {
 				if r.Err != nil {
@@ -84,14 +85,14 @@ func TestRedisMemoryPerKey(t *testing.T) {
 		delta := float64(usedMemory(t, srv)-before) / float64(n)
 		worst := 0
 		for i := 0; i < n; i += n / 100 {
-			key := core.StorageKey("hf:", "tb", fmt.Sprintf("k%06d", i))
+			key := driver.StorageKey("hf:", "tb", fmt.Sprintf("k%06d", i))
 			usage, err := strconv.Atoi(srv.Do(t, "MEMORY", "USAGE", key, "SAMPLES", "0"))
 			if err != nil {
 				t.Fatal(err)
 			}
 			worst = max(worst, usage)
 		}
-		enc := srv.Do(t, "OBJECT", "ENCODING", core.StorageKey("hf:", "tb", "k000000"))
+		enc := srv.Do(t, "OBJECT", "ENCODING", driver.StorageKey("hf:", "tb", "k000000"))
 		t.Logf("%s: %d keys, MEMORY USAGE at most %d B (encoding %s), used_memory delta %.1f B per key", tc.name, n, worst, enc, delta)
 		if worst > 100 {
 			t.Errorf("%s: MEMORY USAGE %d B per key, want at most 100", tc.name, worst)
@@ -119,7 +120,7 @@ func TestRedisLegacyHash(t *testing.T) {
 	store := newStore(t, srv)
 	p := must(tokenbucket.Policy("tb", 10, 1)) // 1 s a token
 	const t0 = storetest.T0
-	key := core.StorageKey("hf:", "tb", "legacy")
+	key := driver.StorageKey("hf:", "tb", "legacy")
 	// Three tokens at t0.
 	srv.Do(t, "HSET", key, "c", "3000000", "t", strconv.FormatInt(t0, 10))
 	st := tokenbucket.State{Credit: 3_000_000, Last: t0}
@@ -132,7 +133,7 @@ func TestRedisLegacyHash(t *testing.T) {
 		if changed {
 			st = next
 		}
-		if w, _ := core.ParseReply(want[:]); got != w {
+		if w, _ := driver.ParseReply(want[:]); got != w {
 			t.Fatalf("step %d: Redis %+v, twin %+v", i, got, w)
 		}
 		typ := srv.Do(t, "TYPE", key)
@@ -144,13 +145,13 @@ func TestRedisLegacyHash(t *testing.T) {
 		t.Fatalf("stored %s, want %d", e, st.Empty())
 	}
 
-	list := core.StorageKey("hf:", "tb", "list")
+	list := driver.StorageKey("hf:", "tb", "list")
 	srv.Do(t, "RPUSH", list, "x")
 	args := p.Algorithm().Args(p, 1, "", 0)
 	if _, err := store.Run(context.Background(), p.Algorithm().Script(), []string{list}, args); !errors.Is(err, core.ErrWrongType) {
 		t.Fatalf("list key: %v, want ErrWrongType", err)
 	}
-	corrupt := core.StorageKey("hf:", "tb", "corrupt")
+	corrupt := driver.StorageKey("hf:", "tb", "corrupt")
 	srv.Do(t, "SET", corrupt, "12:34")
 	_, err := store.Run(context.Background(), p.Algorithm().Script(), []string{corrupt}, args)
 	if err == nil || !strings.Contains(err.Error(), "corrupt state") || errors.Is(err, core.ErrWrongType) {

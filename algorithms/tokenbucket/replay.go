@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 )
 
 //go:embed replay.lua
@@ -17,24 +18,24 @@ var replaySource string
 // ReplayScript is the token bucket's replay: it charges an outage batch its
 // marginal cost in one global bucket fed every grant replayed in the same
 // recovery (replay.lua; Replay is its Go model).
-var ReplayScript = core.NewScript("reconcile_token_bucket", replaySource, nil)
+var ReplayScript = driver.NewScript("reconcile_token_bucket", replaySource, nil)
 
 // ReplayMultiScript applies several batches in one call, each as
-// ReplayScript would alone (core.NewMultiReplayScript of replay.lua).
-var ReplayMultiScript = core.NewMultiReplayScript("reconcile_token_bucket_multi", replaySource)
+// ReplayScript would alone (driver.NewMultiReplayScript of replay.lua).
+var ReplayMultiScript = driver.NewMultiReplayScript("reconcile_token_bucket_multi", replaySource)
 
 // MultiReplayScript is ReplayMultiScript.
-func (algorithm) MultiReplayScript() *core.Script { return ReplayMultiScript }
+func (algorithm) MultiReplayScript() *driver.Script { return ReplayMultiScript }
 
 var (
-	_ core.MultiReplayer = algorithm{}
-	_ core.Quotaer       = algorithm{}
+	_ driver.MultiReplayer = algorithm{}
+	_ driver.Quotaer       = algorithm{}
 )
 
 // ReplayCall returns the replay.lua call for batch b: KEYS the bucket, the
 // marker and the merge log; ARGV the policy, the marker TTL, the seed, the
 // merge window and the grants as (time, cost) pairs.
-func (algorithm) ReplayCall(b *core.Batch, o core.ReplayOptions) core.Call {
+func (algorithm) ReplayCall(b *driver.Batch, o driver.ReplayOptions) driver.Call {
 	p := b.Policy
 	i64 := func(v int64) string { return strconv.FormatInt(v, 10) }
 	args := make([]string, 0, 6+2*len(b.Grants))
@@ -43,7 +44,7 @@ func (algorithm) ReplayCall(b *core.Batch, o core.ReplayOptions) core.Call {
 	for _, g := range b.Grants {
 		args = append(args, i64(g.At), i64(g.Cost))
 	}
-	return core.Call{Script: ReplayScript, Keys: []string{b.Key, o.MarkerKey, o.MergeKey}, Args: args}
+	return driver.Call{Script: ReplayScript, Keys: []string{b.Key, o.MarkerKey, o.MergeKey}, Args: args}
 }
 
 // Coalesces is true: a grant charged later finds less refill, so merging a
@@ -78,7 +79,7 @@ func (algorithm) Describe(p core.Policy) string {
 type MergeLog struct {
 	Started bool
 	Base    int64
-	Grants  []core.Grant
+	Grants  []driver.Grant
 }
 
 // Replay is the Go model of replay.lua, for tests and reasoning: it charges
@@ -86,7 +87,7 @@ type MergeLog struct {
 // missing; seed used then) of capacity c and interval t, with the
 // recovery's merge log m, at store time now, and returns the new bucket's
 // Empty.
-func Replay(cur int64, ok bool, seed core.Seed, m *MergeLog, c, t, now int64, grants []core.Grant) int64 {
+func Replay(cur int64, ok bool, seed driver.Seed, m *MergeLog, c, t, now int64, grants []driver.Grant) int64 {
 	full := c * t
 	switch {
 	case ok:
@@ -101,12 +102,12 @@ func Replay(cur int64, ok bool, seed core.Seed, m *MergeLog, c, t, now int64, gr
 	prev := slices.Clone(m.Grants)
 	m.Grants = append(m.Grants, grants...)
 	all := slices.Clone(m.Grants)
-	byTime := func(a, b core.Grant) int { return cmp.Compare(a.At, b.At) }
+	byTime := func(a, b driver.Grant) int { return cmp.Compare(a.At, b.At) }
 	slices.SortStableFunc(prev, byTime)
 	slices.SortStableFunc(all, byTime)
 	// run feeds grants in time order to the base bucket: at each grant it
 	// holds min(full, At − e), and the grant spends its cost.
-	run := func(gs []core.Grant) int64 {
+	run := func(gs []driver.Grant) int64 {
 		e := m.Base
 		for _, g := range gs {
 			e = max(e, g.At-full) + g.Cost*t
@@ -122,9 +123,9 @@ func Replay(cur int64, ok bool, seed core.Seed, m *MergeLog, c, t, now int64, gr
 	return min(cur, max(now, x)+full)
 }
 
-func init() { core.Register(Algorithm) }
+func init() { driver.Register(Algorithm) }
 
-var _ core.RateAlgorithm = algorithm{}
+var _ driver.RateAlgorithm = algorithm{}
 
 // RatePolicy is Policy, for the config loader.
 func (algorithm) RatePolicy(name string, capacity int64, perSecond float64) (core.Policy, error) {

@@ -8,13 +8,13 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
-	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 )
 
 // globalBucket is the reference: one exact bucket fed every grant of every
 // instance in time order.
 // It also reports the lowest credit the bucket reached.
-func globalBucket(start tokenbucket.State, c, t int64, grants []core.Grant) (tokenbucket.State, int64) {
+func globalBucket(start tokenbucket.State, c, t int64, grants []driver.Grant) (tokenbucket.State, int64) {
 	full := c * t
 	st := start
 	low := st.Credit
@@ -52,29 +52,29 @@ func TestReplayIsOneGlobalBucket(t *testing.T) {
 			Last:   1_000_000,
 		}
 		instances := rapid.IntRange(1, 4).Draw(rt, "instances")
-		logs := make([][]core.Grant, instances)
-		var all []core.Grant
+		logs := make([][]driver.Grant, instances)
+		var all []driver.Grant
 		for i := range logs {
 			n := rapid.IntRange(0, 12).Draw(rt, fmt.Sprint("grants", i))
 			for j := range n {
-				g := core.Grant{
+				g := driver.Grant{
 					ID:   fmt.Sprintf("%d-%d", i, j),
 					Cost: rapid.Int64Range(1, max(1, c/4)).Draw(rt, "cost"),
 					At:   rapid.Int64Range(1_000_000-5*tt, 1_000_000+50*tt).Draw(rt, "at"),
 				}
 				logs[i] = append(logs[i], g)
 			}
-			slices.SortFunc(logs[i], func(a, b core.Grant) int { return int(a.At - b.At) })
+			slices.SortFunc(logs[i], func(a, b driver.Grant) int { return int(a.At - b.At) })
 			all = append(all, logs[i]...)
 		}
-		slices.SortStableFunc(all, func(a, b core.Grant) int { return int(a.At - b.At) })
+		slices.SortStableFunc(all, func(a, b driver.Grant) int { return int(a.At - b.At) })
 		order := rapid.Permutation(seq(instances)).Draw(rt, "order")
 		// The replays run after the outage: Redis time is past every grant.
 		now := 1_000_000 + 50*tt + rapid.Int64Range(0, 10*tt).Draw(rt, "replay_delay")
 		e := start.Empty()
 		var m tokenbucket.MergeLog
 		for _, i := range order {
-			e = tokenbucket.Replay(e, true, core.Seed{}, &m, c, tt, now, logs[i])
+			e = tokenbucket.Replay(e, true, driver.Seed{}, &m, c, tt, now, logs[i])
 		}
 		model, low := globalBucket(start, c, tt, all)
 		end := max(now, model.Last)
@@ -108,15 +108,15 @@ func seq(n int) []int {
 // instance's last known state, not from a full bucket.
 func TestReplaySeedsAMissingKey(t *testing.T) {
 	const c, tt = 10, 1000
-	seed := core.Seed{Value: 2 * tt, At: 5000} // 2 tokens left at 5 ms
-	grants := []core.Grant{{ID: "a", Cost: 1, At: 5000}, {ID: "b", Cost: 1, At: 6000}}
+	seed := driver.Seed{Value: 2 * tt, At: 5000} // 2 tokens left at 5 ms
+	grants := []driver.Grant{{ID: "a", Cost: 1, At: 5000}, {ID: "b", Cost: 1, At: 6000}}
 	e := tokenbucket.Replay(0, false, seed, &tokenbucket.MergeLog{}, c, tt, 6000, grants)
 	// 2 tokens, -1 at 5 ms, +1 refilled by 6 ms, -1: one token left.
 	if st := tokenbucket.FromEmpty(e, 6000, c*tt); st.Credit != 1*tt {
 		t.Fatalf("state %+v, want 1 token at 6000", st)
 	}
 	// Without a seed the key is a full bucket at the first grant.
-	e = tokenbucket.Replay(0, false, core.Seed{}, &tokenbucket.MergeLog{}, c, tt, 6000, grants)
+	e = tokenbucket.Replay(0, false, driver.Seed{}, &tokenbucket.MergeLog{}, c, tt, 6000, grants)
 	if st := tokenbucket.FromEmpty(e, 6000, c*tt); st.Credit != 9*tt {
 		t.Fatalf("unseeded state %+v, want 9 tokens", st)
 	}
@@ -125,18 +125,18 @@ func TestReplaySeedsAMissingKey(t *testing.T) {
 // TestReplayDebtIsBounded: an outage that admitted three buckets' worth
 // leaves a debt of one bucket, not three.
 func TestReplayDebtIsBounded(t *testing.T) {
-	var grants []core.Grant
+	var grants []driver.Grant
 	for i := range 30 {
-		grants = append(grants, core.Grant{ID: fmt.Sprint(i), Cost: 1, At: 1000})
+		grants = append(grants, driver.Grant{ID: fmt.Sprint(i), Cost: 1, At: 1000})
 	}
 	start := tokenbucket.State{Credit: 0, Last: 1000}
-	e := tokenbucket.Replay(start.Empty(), true, core.Seed{}, &tokenbucket.MergeLog{}, 10, 100, 1000, grants)
+	e := tokenbucket.Replay(start.Empty(), true, driver.Seed{}, &tokenbucket.MergeLog{}, 10, 100, 1000, grants)
 	if st := tokenbucket.FromEmpty(e, 1000, 10*100); st.Credit != -10*100 {
 		t.Fatalf("credit %d, want -1000 (one bucket of debt)", st.Credit)
 	}
 	// The debt is bounded at the replay's own time: replayed 500 µs later,
 	// the bucket owes one bucket then, not one bucket at the grants' time.
-	e = tokenbucket.Replay(start.Empty(), true, core.Seed{}, &tokenbucket.MergeLog{}, 10, 100, 1500, grants)
+	e = tokenbucket.Replay(start.Empty(), true, driver.Seed{}, &tokenbucket.MergeLog{}, 10, 100, 1500, grants)
 	if st := tokenbucket.FromEmpty(e, 1500, 10*100); st.Credit != -10*100 {
 		t.Fatalf("credit %d at 1500, want -1000 (one bucket of debt)", st.Credit)
 	}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 )
 
 // Name is the algorithm's config name.
@@ -30,8 +31,8 @@ const MaxCredit = 1 << 50
 var source string
 
 // script is the decision; peekScript the same source with PEEK set, the
-// reply without the write (core.Peeker).
-var script, peekScript = core.NewDecisionScripts(Name, source, local, cloneState)
+// reply without the write (driver.Peeker).
+var script, peekScript = driver.NewDecisionScripts(Name, source, local, cloneState)
 
 // cloneState copies the state the memory store holds, for a peek.
 func cloneState(prev any) any {
@@ -44,27 +45,27 @@ func cloneState(prev any) any {
 
 type algorithm struct{}
 
-// Algorithm is the token bucket as a core.Algorithm. It is also a
-// core.DirectAlgorithm.
-var Algorithm core.Algorithm = algorithm{}
+// Algorithm is the token bucket as a driver.Algorithm. It is also a
+// driver.DirectAlgorithm.
+var Algorithm driver.Algorithm = algorithm{}
 
-var _ core.DirectAlgorithm = algorithm{}
+var _ driver.DirectAlgorithm = algorithm{}
 
 // Policy returns a token bucket policy named name with the given capacity,
 // refilled at perSecond tokens per second. The refill interval is rounded to
 // a whole microsecond; Rate reports the rate actually enforced.
 func Policy(name string, capacity int64, perSecond float64) (core.Policy, error) {
 	if math.IsNaN(perSecond) || math.IsInf(perSecond, 0) || perSecond <= 0 {
-		return core.Policy{}, core.Errorf(core.ErrInvalidPolicy, "policy %q: refill rate %v per second must be a positive number", name, perSecond)
+		return core.Policy{}, driver.Errorf(core.ErrInvalidPolicy, "policy %q: refill rate %v per second must be a positive number", name, perSecond)
 	}
 	us := math.Round(1e6 / perSecond)
 	if perSecond > 1e6 {
-		return core.Policy{}, core.Errorf(core.ErrInvalidPolicy, "policy %q: refill rate %v per second is above 1e6 per second", name, perSecond)
+		return core.Policy{}, driver.Errorf(core.ErrInvalidPolicy, "policy %q: refill rate %v per second is above 1e6 per second", name, perSecond)
 	}
 	if us > float64(core.MaxInterval/time.Microsecond) {
-		return core.Policy{}, core.Errorf(core.ErrInvalidPolicy, "policy %q: refill rate %v per second is below one token per %v", name, perSecond, core.MaxInterval)
+		return core.Policy{}, driver.Errorf(core.ErrInvalidPolicy, "policy %q: refill rate %v per second is below one token per %v", name, perSecond, core.MaxInterval)
 	}
-	return core.NewPolicy(name, Algorithm, capacity, time.Duration(us)*time.Microsecond)
+	return driver.NewPolicy(name, Algorithm, capacity, time.Duration(us)*time.Microsecond)
 }
 
 // Rate is the refill rate that policy p enforces, in tokens per second.
@@ -72,21 +73,21 @@ func Rate(p core.Policy) float64 {
 	return float64(time.Second) / float64(p.Interval())
 }
 
-func (algorithm) Name() string         { return Name }
-func (algorithm) Script() *core.Script { return script }
-func (algorithm) NeedsID() bool        { return false }
+func (algorithm) Name() string           { return Name }
+func (algorithm) Script() *driver.Script { return script }
+func (algorithm) NeedsID() bool          { return false }
 
 func (algorithm) Validate(limit int64, interval time.Duration) error {
 	t := int64(interval / time.Microsecond)
 	if limit > MaxCredit/t {
-		return core.Errorf(core.ErrInvalidPolicy, "capacity %d × refill interval %v is beyond %d µs", limit, interval, int64(MaxCredit))
+		return driver.Errorf(core.ErrInvalidPolicy, "capacity %d × refill interval %v is beyond %d µs", limit, interval, int64(MaxCredit))
 	}
 	return nil
 }
 
 func (algorithm) Args(p core.Policy, cost int64, _ string, nowMicros int64) []string {
 	// Room for the optional now and the deadline a caller appends
-	// (core.DeadlineArg): one allocation per call.
+	// (driver.DeadlineArg): one allocation per call.
 	args := append(make([]string, 0, 6),
 		strconv.FormatInt(p.Limit(), 10),
 		strconv.FormatInt(int64(p.Interval()/time.Microsecond), 10),
@@ -130,7 +131,7 @@ func (State) Size() int64 { return 16 }
 // when the key holds nothing), the time now in microseconds, the capacity c,
 // the refill interval t in microseconds and the cost n, it returns the next
 // state, whether it changed, and the script's reply.
-func Decide(st State, ok bool, now, c, t, n int64) (next State, changed bool, reply [core.ReplyLen]int64) {
+func Decide(st State, ok bool, now, c, t, n int64) (next State, changed bool, reply [driver.ReplyLen]int64) {
 	return DecideCredit(st, ok, now, c*t, t, n)
 }
 
@@ -138,9 +139,9 @@ func Decide(st State, ok bool, now, c, t, n int64) (next State, changed bool, re
 // of credit and charges tokenCost microseconds a token. With full = C·T and
 // tokenCost = N·T it is one instance's 1/N share of a bucket of capacity C
 // and interval T: capacity C/N, refill rate 1/(N·T), fractions included.
-func DecideCredit(st State, ok bool, now, full, tokenCost, n int64) (next State, changed bool, reply [core.ReplyLen]int64) {
+func DecideCredit(st State, ok bool, now, full, tokenCost, n int64) (next State, changed bool, reply [driver.ReplyLen]int64) {
 	credit, admit, remaining, retry := decide(st, ok, now, full, tokenCost, n)
-	reply = [core.ReplyLen]int64{0, remaining, retry, full - credit, now}
+	reply = [driver.ReplyLen]int64{0, remaining, retry, full - credit, now}
 	if !admit {
 		return st, false, reply
 	}
@@ -168,22 +169,22 @@ func decide(st State, ok bool, now, full, tokenCost, n int64) (credit int64, adm
 	return credit, true, credit / tokenCost, 0
 }
 
-// local adapts Decide to core.LocalFunc for the memory store.
+// local adapts Decide to driver.LocalFunc for the memory store.
 func local(prev any, now int64, args []string) (any, []int64, int64, error) {
 	if len(args) < 3 || len(args) > 4 {
-		return prev, nil, 0, core.Errorf(core.ErrInvalidPolicy, "%d script arguments, want 3 to 4", len(args))
+		return prev, nil, 0, driver.Errorf(core.ErrInvalidPolicy, "%d script arguments, want 3 to 4", len(args))
 	}
 	var v [4]int64
 	for i, a := range args {
 		n, err := strconv.ParseInt(a, 10, 64)
 		if err != nil {
-			return prev, nil, 0, core.Errorf(core.ErrInvalidPolicy, "script argument %d: %v", i+1, err)
+			return prev, nil, 0, driver.Errorf(core.ErrInvalidPolicy, "script argument %d: %v", i+1, err)
 		}
 		v[i] = n
 	}
 	c, t, n := v[0], v[1], v[2]
 	if c < 1 || t < 1 || n < 1 || n > c {
-		return prev, nil, 0, core.Errorf(core.ErrInvalidPolicy, "token bucket: bad arguments %v", args)
+		return prev, nil, 0, driver.Errorf(core.ErrInvalidPolicy, "token bucket: bad arguments %v", args)
 	}
 	if len(args) == 4 && v[3] > 0 {
 		now = v[3]
@@ -196,13 +197,13 @@ func local(prev any, now int64, args []string) (any, []int64, int64, error) {
 	return next, []int64{allowed, remaining, retry, c*t - credit, now}, c*t - credit, nil
 }
 
-// Step is the Go twin on typed arguments (core.DirectAlgorithm): the
+// Step is the Go twin on typed arguments (driver.DirectAlgorithm): the
 // decision local makes for ARGV Args(p, cost, "", 0).
-func (algorithm) Step(p core.Policy, prev any, live bool, now, cost int64) (any, core.Reply, int64) {
+func (algorithm) Step(p core.Policy, prev any, live bool, now, cost int64) (any, driver.Reply, int64) {
 	t := int64(p.Interval() / time.Microsecond)
 	full := p.Limit() * t
 	next, credit, admit, remaining, retry := step(prev, live, now, full, t, cost)
-	return next, core.Reply{Allowed: admit, Remaining: remaining, RetryAfter: retry, ResetAfter: full - credit, Now: now}, full - credit
+	return next, driver.Reply{Allowed: admit, Remaining: remaining, RetryAfter: retry, ResetAfter: full - credit, Now: now}, full - credit
 }
 
 // step decides on the state the memory store holds: a *State, updated in

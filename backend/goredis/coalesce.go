@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 )
 
 // Defaults of StoreOptions.
@@ -76,21 +76,21 @@ func newCoalescer(o StoreOptions) *coalescer {
 // sent on done.
 type pending struct {
 	ctx   context.Context
-	call  core.Call
-	stall *time.Timer          // fires stallAfter after the call was queued: see kick
-	kv    []string             // the call's keys then args, copied
-	done  chan core.CallResult // buffered: a flusher never waits for the caller
+	call  driver.Call
+	stall *time.Timer            // fires stallAfter after the call was queued: see kick
+	kv    []string               // the call's keys then args, copied
+	done  chan driver.CallResult // buffered: a flusher never waits for the caller
 }
 
 var pendingPool = sync.Pool{New: func() any {
-	p := &pending{done: make(chan core.CallResult, 1), stall: time.NewTimer(stallAfter)}
+	p := &pending{done: make(chan driver.CallResult, 1), stall: time.NewTimer(stallAfter)}
 	p.stall.Stop()
 	return p
 }}
 
 // runCoalesced is Run on a Store that coalesces: on its own when no other
 // call is in flight, else queued for a pipeline.
-func (s *Store) runCoalesced(ctx context.Context, sc *core.Script, keys, args []string) ([]int64, error) {
+func (s *Store) runCoalesced(ctx context.Context, sc *driver.Script, keys, args []string) ([]int64, error) {
 	co := s.co
 	n := co.inflight.Add(1)
 	defer co.inflight.Add(-1)
@@ -105,7 +105,7 @@ func (s *Store) runCoalesced(ctx context.Context, sc *core.Script, keys, args []
 	// A copy: a caller that gives up may reuse its slices while the call
 	// is sent.
 	p.kv = append(append(p.kv[:0], keys...), args...)
-	p.call = core.Call{Script: sc, Keys: p.kv[:len(keys):len(keys)], Args: p.kv[len(keys):]}
+	p.call = driver.Call{Script: sc, Keys: p.kv[:len(keys):len(keys)], Args: p.kv[len(keys):]}
 	s.enqueue(p)
 	p.stall.Reset(stallAfter)
 	for {
@@ -128,9 +128,9 @@ func (s *Store) runCoalesced(ctx context.Context, sc *core.Script, keys, args []
 
 // received returns the outcome r of p's call to its caller and p to the
 // pool.
-func (s *Store) received(ctx context.Context, p *pending, r core.CallResult, sc *core.Script, keys, args []string) ([]int64, error) {
+func (s *Store) received(ctx context.Context, p *pending, r driver.CallResult, sc *driver.Script, keys, args []string) ([]int64, error) {
 	clear(p.kv)
-	p.ctx, p.call = nil, core.Call{}
+	p.ctx, p.call = nil, driver.Call{}
 	pendingPool.Put(p)
 	if r.Err != nil && redis.HasErrorPrefix(r.Err, "NOSCRIPT") {
 		// Not run: the script cache was flushed again between RunMany's
@@ -235,12 +235,12 @@ func (s *Store) flush() {
 // none, and the client's ReadTimeout bounds it.
 func (s *Store) send(batch []*pending) {
 	live := batch[:0]
-	calls := make([]core.Call, 0, len(batch))
+	calls := make([]driver.Call, 0, len(batch))
 	var latest time.Time
 	forever := false
 	for _, p := range batch {
 		if err := p.ctx.Err(); err != nil {
-			p.done <- core.CallResult{Err: classify(p.call.Script.Name(), err)}
+			p.done <- driver.CallResult{Err: classify(p.call.Script.Name(), err)}
 			continue
 		}
 		if d, ok := p.ctx.Deadline(); !ok {

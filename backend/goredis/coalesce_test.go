@@ -16,6 +16,7 @@ import (
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	"github.com/holdfast/holdfast/backend/goredis"
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 	"github.com/holdfast/holdfast/internal/redistest"
 	"github.com/holdfast/holdfast/storetest"
 )
@@ -37,7 +38,7 @@ func newClient(t testing.TB, url string, o goredis.ClientOptions) redis.Universa
 
 // scriptEcho returns its first argument: a reply that shows which call it
 // answers.
-var scriptEcho = core.NewScript("echo", "return {tonumber(ARGV[1]), #KEYS}", nil)
+var scriptEcho = driver.NewScript("echo", "return {tonumber(ARGV[1]), #KEYS}", nil)
 
 // tally counts the outcomes of decisions.
 type tally struct{ admitted, denied, failed atomic.Int64 }

@@ -1,4 +1,4 @@
-// Package goredis is a core.Store on a go-redis v9 UniversalClient: a single
+// Package goredis is a driver.Store on a go-redis v9 UniversalClient: a single
 // node, a Redis Cluster or a Sentinel-managed primary. Every storage key a
 // script touches carries the same hash tag, so one script runs on one
 // cluster node. Run calls that arrive while others are in flight share
@@ -13,28 +13,29 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 	"github.com/holdfast/holdfast/internal/pipeline"
 )
 
-// Store is a core.Store that runs scripts with EVALSHA, falling back to EVAL
+// Store is a driver.Store that runs scripts with EVALSHA, falling back to EVAL
 // when the server has lost its script cache. It never retries. It is safe for
 // concurrent use. Unless built with StoreOptions.NoCoalesce, it sends Run
 // calls that arrive while another is in flight together in pipelines (see
 // StoreOptions).
 type Store struct {
 	c       redis.UniversalClient
-	scripts sync.Map   // *core.Script -> *script
+	scripts sync.Map   // *driver.Script -> *script
 	co      *coalescer // nil with NoCoalesce
 }
 
 var (
-	_ core.Store     = (*Store)(nil)
-	_ core.Pinger    = (*Store)(nil)
-	_ core.Pipeliner = (*Store)(nil)
+	_ driver.Store     = (*Store)(nil)
+	_ driver.Pinger    = (*Store)(nil)
+	_ driver.Pipeliner = (*Store)(nil)
 )
 
 // New returns a Store on c that coalesces concurrent Run calls with the
-// default StoreOptions. For the deadlines core.Store callers rely on, build c
+// default StoreOptions. For the deadlines driver.Store callers rely on, build c
 // with NewClient, or pass the application's own client to FromClient, which
 // checks its options.
 func New(c redis.UniversalClient) *Store {
@@ -42,7 +43,7 @@ func New(c redis.UniversalClient) *Store {
 }
 
 // NewWithOptions returns a Store on c with options o. For the deadlines
-// core.Store callers rely on, build c with NewClient or with the same
+// driver.Store callers rely on, build c with NewClient or with the same
 // options.
 func NewWithOptions(c redis.UniversalClient, o StoreOptions) *Store {
 	s := &Store{c: c}
@@ -65,7 +66,7 @@ func NewWithOptions(c redis.UniversalClient, o StoreOptions) *Store {
 // the path of every decision of a lone caller. A coalesced call goes in a
 // pipeline through RunMany, and is sent on its own as above if the server
 // still refuses it with NOSCRIPT there (its cache was flushed again).
-func (s *Store) Run(ctx context.Context, sc *core.Script, keys, args []string) ([]int64, error) {
+func (s *Store) Run(ctx context.Context, sc *driver.Script, keys, args []string) ([]int64, error) {
 	if ctx == nil {
 		return nil, core.ErrNilContext
 	}
@@ -77,7 +78,7 @@ func (s *Store) Run(ctx context.Context, sc *core.Script, keys, args []string) (
 
 // runDirect is Run on a connection of its own: EVALSHA, then EVAL on
 // NOSCRIPT.
-func (s *Store) runDirect(ctx context.Context, sc *core.Script, keys, args []string) ([]int64, error) {
+func (s *Store) runDirect(ctx context.Context, sc *driver.Script, keys, args []string) ([]int64, error) {
 	sh := s.script(sc)
 	argv := make([]any, 3+len(keys)+len(args))
 	argv[0], argv[1], argv[2] = "evalsha", sh.sha, len(keys)
@@ -121,7 +122,7 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// script is what the store keeps per *core.Script: the go-redis script
+// script is what the store keeps per *driver.Script: the go-redis script
 // (for SCRIPT LOAD) and the SHA1 and source already boxed as command
 // arguments, so that a call does not allocate them again.
 type script struct {
@@ -129,8 +130,8 @@ type script struct {
 	sha, src any
 }
 
-// script returns the entry for sc, made once per *core.Script.
-func (s *Store) script(sc *core.Script) *script {
+// script returns the entry for sc, made once per *driver.Script.
+func (s *Store) script(sc *driver.Script) *script {
 	if v, ok := s.scripts.Load(sc); ok {
 		return v.(*script)
 	}
@@ -142,13 +143,13 @@ func (s *Store) script(sc *core.Script) *script {
 func parse(name string, v any) ([]int64, error) {
 	arr, ok := v.([]any)
 	if !ok {
-		return nil, core.Errorf(core.ErrMalformedReply, "script %s: reply is %T, want an array of integers", name, v)
+		return nil, driver.Errorf(core.ErrMalformedReply, "script %s: reply is %T, want an array of integers", name, v)
 	}
 	out := make([]int64, len(arr))
 	for i, e := range arr {
 		n, ok := e.(int64)
 		if !ok {
-			return nil, core.Errorf(core.ErrMalformedReply, "script %s: element %d is %T, want an integer", name, i, e)
+			return nil, driver.Errorf(core.ErrMalformedReply, "script %s: element %d is %T, want an integer", name, i, e)
 		}
 		out[i] = n
 	}

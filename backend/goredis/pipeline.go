@@ -5,7 +5,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 	"github.com/holdfast/holdfast/internal/pipeline"
 )
 
@@ -31,20 +31,20 @@ var sizing = pipeline.Sizing{Chunk: 250, Workers: 2, MaxArgs: 1000}
 // with NOSCRIPT (not run) are sent once more after SCRIPT LOAD of their
 // scripts, on every node for a cluster. Nothing else is retried: like Run, a
 // call that fails after it was sent has an unknown outcome.
-func (s *Store) RunMany(ctx context.Context, calls []core.Call) []core.CallResult {
+func (s *Store) RunMany(ctx context.Context, calls []driver.Call) []driver.CallResult {
 	b := pipeline.Batch{Exec: s.exec, Load: s.load, Classify: classify}
 	return b.RunMany(ctx, calls, sizing)
 }
 
 // load runs SCRIPT LOAD of sc; on a ClusterClient, on every shard.
-func (s *Store) load(ctx context.Context, sc *core.Script) error {
+func (s *Store) load(ctx context.Context, sc *driver.Script) error {
 	return s.script(sc).rs.Load(ctx, s.c).Err()
 }
 
 // exec sends calls[i], for each i in idx, in one pipeline and stores each
 // outcome in out[i]. It returns the indexes the server refused with NOSCRIPT;
 // their outcome is that error until they are sent again.
-func (s *Store) exec(ctx context.Context, calls []core.Call, idx []int, out []core.CallResult) (refused []int) {
+func (s *Store) exec(ctx context.Context, calls []driver.Call, idx []int, out []driver.CallResult) (refused []int) {
 	cmds := make([]*redis.Cmd, len(idx))
 	// The pipeline's own error is also each failed command's error.
 	_, _ = s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -73,10 +73,10 @@ func (s *Store) exec(ctx context.Context, calls []core.Call, idx []int, out []co
 		case err == nil:
 			out[i].Reply, out[i].Err = parse(name, v)
 		case redis.HasErrorPrefix(err, "NOSCRIPT"):
-			out[i] = core.CallResult{Err: classify(name, err)}
+			out[i] = driver.CallResult{Err: classify(name, err)}
 			refused = append(refused, i)
 		default:
-			out[i] = core.CallResult{Err: classify(name, err)}
+			out[i] = driver.CallResult{Err: classify(name, err)}
 		}
 	}
 	return refused

@@ -6,13 +6,14 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 )
 
-var _ core.Sharded = (*Store)(nil)
+var _ driver.Sharded = (*Store)(nil)
 
 // Shards returns the cluster's shards from CLUSTER SLOTS, grouped by master;
 // nil when the client is not a cluster client.
-func (s *Store) Shards(ctx context.Context) ([]core.Shard, error) {
+func (s *Store) Shards(ctx context.Context) ([]driver.Shard, error) {
 	cc, ok := s.c.(*redis.ClusterClient)
 	if !ok {
 		return nil, nil
@@ -21,16 +22,16 @@ func (s *Store) Shards(ctx context.Context) ([]core.Shard, error) {
 	if err != nil {
 		return nil, classify("CLUSTER SLOTS", err)
 	}
-	ranges := make([]core.ShardSlots, 0, len(slots))
+	ranges := make([]driver.ShardSlots, 0, len(slots))
 	for _, sl := range slots {
 		if len(sl.Nodes) == 0 {
-			return nil, core.Errorf(core.ErrMalformedReply, "CLUSTER SLOTS: range %d-%d has no master", sl.Start, sl.End)
+			return nil, driver.Errorf(core.ErrMalformedReply, "CLUSTER SLOTS: range %d-%d has no master", sl.Start, sl.End)
 		}
 		id := sl.Nodes[0].ID
 		if id == "" {
 			id = sl.Nodes[0].Addr
 		}
-		ranges = append(ranges, core.ShardSlots{Master: id, Range: core.SlotRange{Start: sl.Start, End: sl.End}})
+		ranges = append(ranges, driver.ShardSlots{Master: id, Range: driver.SlotRange{Start: sl.Start, End: sl.End}})
 	}
-	return core.GroupShards(ranges)
+	return driver.GroupShards(ranges)
 }

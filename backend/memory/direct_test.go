@@ -15,6 +15,7 @@ import (
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	"github.com/holdfast/holdfast/backend/memory"
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 	"github.com/holdfast/holdfast/storetest"
 )
 
@@ -22,21 +23,21 @@ import (
 // script call (storage key, string ARGV) and goes through Run.
 type runOnly struct{ s *memory.Store }
 
-var _ core.Store = runOnly{}
+var _ driver.Store = runOnly{}
 
-func (r runOnly) Run(ctx context.Context, sc *core.Script, keys, args []string) ([]int64, error) {
+func (r runOnly) Run(ctx context.Context, sc *driver.Script, keys, args []string) ([]int64, error) {
 	return r.s.Run(ctx, sc, keys, args)
 }
 
 func (runOnly) Local() bool { return true }
 
 func TestRunOnlyHidesDirect(t *testing.T) {
-	if _, ok := any(runOnly{}).(core.DirectStore); ok {
+	if _, ok := any(runOnly{}).(driver.DirectStore); ok {
 		t.Fatal("runOnly is a DirectStore: the comparisons below would compare the direct path with itself")
 	}
 }
 
-func newLimiter(t testing.TB, s core.Store) *core.Limiter {
+func newLimiter(t testing.TB, s driver.Store) *core.Limiter {
 	t.Helper()
 	l, err := core.NewLimiter(s, core.Options{})
 	if err != nil {

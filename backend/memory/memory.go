@@ -1,4 +1,4 @@
-// Package memory is a core.Store kept in this process: it runs each
+// Package memory is a driver.Store kept in this process: it runs each
 // algorithm's Go twin under a per-key lock, with the keys held in a
 // ristretto cache.
 //
@@ -15,9 +15,9 @@
 // fresh quota (a full bucket, an empty window) is dropped from the
 // accounting, so idle keys cost nothing that matters.
 //
-// The store is a core.DirectStore: a core.Limiter over it decides through
+// The store is a driver.DirectStore: a core.Limiter over it decides through
 // RunDirect, which takes the policy, client key and cost as they are and
-// calls the algorithm's typed twin (core.DirectAlgorithm) on a state updated
+// calls the algorithm's typed twin (driver.DirectAlgorithm) on a state updated
 // in place, so a decision on a key the store holds allocates nothing (Run,
 // with its storage key, string ARGV and reply slice, still serves the other
 // callers and gives the same decisions). Two details of that path:
@@ -50,6 +50,7 @@ import (
 	"github.com/dgraph-io/ristretto/v2"
 
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 	"github.com/holdfast/holdfast/internal/clock"
 )
 
@@ -79,7 +80,7 @@ type Options struct {
 	Micros func() int64
 }
 
-// Store is a core.Store in process memory. It is safe for concurrent use.
+// Store is a driver.Store in process memory. It is safe for concurrent use.
 type Store struct {
 	cache *ristretto.Cache[string, *entry]
 	now   func() int64 // microseconds since the Unix epoch
@@ -113,8 +114,8 @@ type entry struct {
 const countEvery = 8
 
 var (
-	_ core.Store       = (*Store)(nil)
-	_ core.DirectStore = (*Store)(nil)
+	_ driver.Store       = (*Store)(nil)
+	_ driver.DirectStore = (*Store)(nil)
 )
 
 // New returns a Store.
@@ -162,7 +163,7 @@ func (s *Store) Local() bool { return true }
 func (s *Store) Close() { s.cache.Close() }
 
 // Run runs script sc's Go twin on keys[0] under the key's lock.
-func (s *Store) Run(ctx context.Context, sc *core.Script, keys []string, args []string) ([]int64, error) {
+func (s *Store) Run(ctx context.Context, sc *driver.Script, keys []string, args []string) ([]int64, error) {
 	f := sc.Local()
 	if f == nil {
 		return nil, errors.New("memory: script " + sc.Name() + " has no Go twin")
@@ -177,7 +178,7 @@ func (s *Store) Run(ctx context.Context, sc *core.Script, keys []string, args []
 		return nil, err
 	}
 	if sc.Guarded() {
-		args = core.TrimDeadline(args) // a local call is never late
+		args = driver.TrimDeadline(args) // a local call is never late
 	}
 	var reply []int64
 	var err error
@@ -223,23 +224,23 @@ func (s *Store) UpdateParts(prefix, policy, key string, f func(prev any, nowMicr
 }
 
 // RunDirect decides one request of policy p for client key without a
-// script call (core.DirectStore): it builds the storage key in the
+// script call (driver.DirectStore): it builds the storage key in the
 // stripe's buffer and calls the algorithm's typed Go twin, so a decision on
 // a key the store holds allocates nothing. Algorithms that are not a
-// core.DirectAlgorithm are not handled.
-func (s *Store) RunDirect(ctx context.Context, prefix string, p core.Policy, key string, cost int64) (core.Reply, bool, error) {
-	alg, ok := p.Algorithm().(core.DirectAlgorithm)
+// driver.DirectAlgorithm are not handled.
+func (s *Store) RunDirect(ctx context.Context, prefix string, p core.Policy, key string, cost int64) (driver.Reply, bool, error) {
+	alg, ok := p.Algorithm().(driver.DirectAlgorithm)
 	if !ok {
-		return core.Reply{}, false, nil
+		return driver.Reply{}, false, nil
 	}
-	if err := core.CheckRequest(p, key, cost); err != nil {
-		return core.Reply{}, true, err
+	if err := driver.CheckRequest(p, key, cost); err != nil {
+		return driver.Reply{}, true, err
 	}
 	if ctx == nil {
-		return core.Reply{}, true, core.ErrNilContext
+		return driver.Reply{}, true, core.ErrNilContext
 	}
 	if err := ctx.Err(); err != nil {
-		return core.Reply{}, true, err
+		return driver.Reply{}, true, err
 	}
 	st := s.stripeOf(prefix, p.Name(), key)
 	// The clock is read before the lock, so that contending callers do not
@@ -264,7 +265,7 @@ func (s *Store) stripeOf(prefix, policy, key string) *stripe {
 	var h uint64
 	if n := len(prefix) + len(policy) + len(key) + 3; n <= 96 {
 		var buf [96]byte
-		h = maphash.Bytes(s.seed, core.AppendStorageKey(buf[:0], prefix, policy, key))
+		h = maphash.Bytes(s.seed, driver.AppendStorageKey(buf[:0], prefix, policy, key))
 	} else {
 		// maphash sums the bytes written, however they are split.
 		var mh maphash.Hash
@@ -284,7 +285,7 @@ func (s *Store) stripeOf(prefix, policy, key string) *stripe {
 // and returns a view of it: lookups do not keep it, and save copies it
 // before keeping a new key. The stripe's lock must be held.
 func (st *stripe) buildKey(prefix, policy, key string) string {
-	st.key = core.AppendStorageKey(st.key[:0], prefix, policy, key)
+	st.key = driver.AppendStorageKey(st.key[:0], prefix, policy, key)
 	return unsafe.String(unsafe.SliceData(st.key), len(st.key))
 }
 

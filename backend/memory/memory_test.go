@@ -5,13 +5,13 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/backend/memory"
-	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 	"github.com/holdfast/holdfast/storetest"
 )
 
 type harness struct{}
 
-func (harness) MakeStore(t *testing.T) core.Store {
+func (harness) MakeStore(t *testing.T) driver.Store {
 	s, err := memory.New(memory.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -25,9 +25,9 @@ func TestConformance(t *testing.T) { storetest.Run(t, harness{}) }
 func TestDifferential(t *testing.T) { storetest.RunDifferential(t, harness{}) }
 
 // shared hands every instance the same store: one process, many goroutines.
-type shared struct{ s core.Store }
+type shared struct{ s driver.Store }
 
-func (h shared) MakeStore(*testing.T) core.Store { return h.s }
+func (h shared) MakeStore(*testing.T) driver.Store { return h.s }
 
 func TestConcurrentAccuracy(t *testing.T) {
 	storetest.RunDistributed(t, shared{harness{}.MakeStore(t)}, 4, 2*time.Second)

@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 )
 
 // TestStripeOfMatchesUpdate: RunDirect locks the stripe Update and Run lock
@@ -19,7 +20,7 @@ func TestStripeOfMatchesUpdate(t *testing.T) {
 	defer s.Close()
 	for _, key := range []string{"a", "client-42", "\x00{}:", strings.Repeat("k", 80), strings.Repeat("k", 90), strings.Repeat("k", core.MaxKeyLen)} {
 		for _, prefix := range []string{"hf:", "", "a-much-longer-prefix:"} {
-			want := &s.locks[maphash.String(s.seed, core.StorageKey(prefix, "policy", key))%stripes]
+			want := &s.locks[maphash.String(s.seed, driver.StorageKey(prefix, "policy", key))%stripes]
 			if got := s.stripeOf(prefix, "policy", key); got != want {
 				t.Errorf("prefix %q key of %d bytes: stripe %p, Update uses %p", prefix, len(key), got, want)
 			}

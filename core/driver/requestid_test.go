@@ -7,7 +7,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 )
 
 // Request ids are 22 base64url characters of 16 bytes, and distinct across
@@ -19,7 +19,7 @@ func TestNewRequestID(t *testing.T) {
 	for g := range ids {
 		wg.Go(func() {
 			for range each {
-				ids[g] = append(ids[g], core.NewRequestID())
+				ids[g] = append(ids[g], driver.NewRequestID())
 			}
 		})
 	}
@@ -28,7 +28,7 @@ func TestNewRequestID(t *testing.T) {
 	for _, list := range ids {
 		for _, id := range list {
 			raw, err := base64.RawURLEncoding.DecodeString(id)
-			if len(id) != core.RequestIDLen || err != nil || len(raw) != 16 {
+			if len(id) != driver.RequestIDLen || err != nil || len(raw) != 16 {
 				t.Fatalf("id %q: length %d, %d bytes, %v", id, len(id), len(raw), err)
 			}
 			if seen[id] {
@@ -46,7 +46,7 @@ func BenchmarkRequestID(b *testing.B) {
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				_ = core.NewRequestID()
+				_ = driver.NewRequestID()
 			}
 		})
 	})

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 )
 
 // Errors maps a Redis client's errors onto core's errors, for Run and
@@ -62,7 +63,7 @@ var refusalTexts = []struct{ text, reason string }{
 func (e *Errors) Classify(name string, err error) error {
 	if e.IsNil(err) {
 		return &core.StoreError{Class: core.ClassUnknown, Reason: "malformed", Answered: true,
-			Err: core.Errorf(core.ErrMalformedReply, "%s: %s: nil reply, want an array of integers", e.Prefix, name)}
+			Err: driver.Errorf(core.ErrMalformedReply, "%s: %s: nil reply, want an array of integers", e.Prefix, name)}
 	}
 	cause := wrap(e.Prefix, name, err)
 	msg, ok := e.Reply(err)

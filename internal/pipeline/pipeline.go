@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 )
 
 // Sizing is how RunMany splits a batch.
@@ -94,9 +95,9 @@ type Batch struct {
 	// each outcome in out[i], mapped as Run maps it. It returns the indexes
 	// the server refused with NOSCRIPT (not run); their outcome is that
 	// error until they are sent again.
-	Exec func(ctx context.Context, calls []core.Call, idx []int, out []core.CallResult) (refused []int)
+	Exec func(ctx context.Context, calls []driver.Call, idx []int, out []driver.CallResult) (refused []int)
 	// Load loads script sc on every node of the client.
-	Load func(ctx context.Context, sc *core.Script) error
+	Load func(ctx context.Context, sc *driver.Script) error
 	// Classify maps an error of Load as Run maps errors.
 	Classify func(name string, err error) error
 }
@@ -104,22 +105,22 @@ type Batch struct {
 // RunMany runs calls in pipelines sized by sz and returns their outcomes in
 // the order of calls. In each pipeline the calls refused with NOSCRIPT are
 // sent once more after Load of their scripts; nothing else is retried.
-func (b Batch) RunMany(ctx context.Context, calls []core.Call, sz Sizing) []core.CallResult {
+func (b Batch) RunMany(ctx context.Context, calls []driver.Call, sz Sizing) []driver.CallResult {
 	if ctx == nil {
-		out := make([]core.CallResult, len(calls))
+		out := make([]driver.CallResult, len(calls))
 		for i := range out {
 			out[i].Err = core.ErrNilContext
 		}
 		return out
 	}
-	return ChunkedBy(calls, sz, func(c core.Call) int { return len(c.Keys) + len(c.Args) }, func(calls []core.Call, out []core.CallResult) {
+	return ChunkedBy(calls, sz, func(c driver.Call) int { return len(c.Keys) + len(c.Args) }, func(calls []driver.Call, out []driver.CallResult) {
 		b.runChunk(ctx, calls, out)
 	})
 }
 
 // runChunk runs calls in one pipeline, then sends the calls refused with
 // NOSCRIPT again, once, after loading their scripts.
-func (b Batch) runChunk(ctx context.Context, calls []core.Call, out []core.CallResult) {
+func (b Batch) runChunk(ctx context.Context, calls []driver.Call, out []driver.CallResult) {
 	idx := make([]int, len(calls))
 	for i := range idx {
 		idx[i] = i
@@ -128,7 +129,7 @@ func (b Batch) runChunk(ctx context.Context, calls []core.Call, out []core.CallR
 	if len(refused) == 0 {
 		return
 	}
-	loaded := make(map[*core.Script]error)
+	loaded := make(map[*driver.Script]error)
 	again := refused[:0]
 	for _, i := range refused {
 		sc := calls[i].Script

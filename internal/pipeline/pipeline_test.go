@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 	"github.com/holdfast/holdfast/internal/pipeline"
 )
 
@@ -62,30 +63,30 @@ func TestChunked(t *testing.T) {
 // has not loaded is refused with NOSCRIPT.
 type fakeRedis struct {
 	mu      sync.Mutex
-	loaded  map[*core.Script]bool
-	loads   map[*core.Script]int
+	loaded  map[*driver.Script]bool
+	loads   map[*driver.Script]int
 	execs   [][]int
 	loadErr error
 }
 
 var errNoScript = errors.New("NOSCRIPT No matching script")
 
-func (f *fakeRedis) exec(_ context.Context, calls []core.Call, idx []int, out []core.CallResult) (refused []int) {
+func (f *fakeRedis) exec(_ context.Context, calls []driver.Call, idx []int, out []driver.CallResult) (refused []int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.execs = append(f.execs, append([]int(nil), idx...))
 	for _, i := range idx {
 		if !f.loaded[calls[i].Script] {
-			out[i] = core.CallResult{Err: errNoScript}
+			out[i] = driver.CallResult{Err: errNoScript}
 			refused = append(refused, i)
 			continue
 		}
-		out[i] = core.CallResult{Reply: []int64{int64(i)}}
+		out[i] = driver.CallResult{Reply: []int64{int64(i)}}
 	}
 	return refused
 }
 
-func (f *fakeRedis) load(_ context.Context, sc *core.Script) error {
+func (f *fakeRedis) load(_ context.Context, sc *driver.Script) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.loads[sc]++
@@ -99,11 +100,11 @@ func (f *fakeRedis) load(_ context.Context, sc *core.Script) error {
 func classify(name string, err error) error { return fmt.Errorf("%s: %w", name, err) }
 
 func TestBatchNoScript(t *testing.T) {
-	a := core.NewScript("a", "return {1}", nil)
-	b := core.NewScript("b", "return {2}", nil)
-	calls := []core.Call{{Script: a}, {Script: b}, {Script: a}, {Script: b}, {Script: a}}
+	a := driver.NewScript("a", "return {1}", nil)
+	b := driver.NewScript("b", "return {2}", nil)
+	calls := []driver.Call{{Script: a}, {Script: b}, {Script: a}, {Script: b}, {Script: a}}
 	t.Run("reloaded_once", func(t *testing.T) {
-		f := &fakeRedis{loaded: map[*core.Script]bool{b: true}, loads: map[*core.Script]int{}}
+		f := &fakeRedis{loaded: map[*driver.Script]bool{b: true}, loads: map[*driver.Script]int{}}
 		res := pipeline.Batch{Exec: f.exec, Load: f.load, Classify: classify}.RunMany(context.Background(), calls, pipeline.Sizing{Chunk: 10, Workers: 1})
 		for i, r := range res {
 			if r.Err != nil || len(r.Reply) != 1 || r.Reply[0] != int64(i) {
@@ -119,7 +120,7 @@ func TestBatchNoScript(t *testing.T) {
 	})
 	t.Run("load_fails", func(t *testing.T) {
 		boom := errors.New("boom")
-		f := &fakeRedis{loaded: map[*core.Script]bool{b: true}, loads: map[*core.Script]int{}, loadErr: boom}
+		f := &fakeRedis{loaded: map[*driver.Script]bool{b: true}, loads: map[*driver.Script]int{}, loadErr: boom}
 		res := pipeline.Batch{Exec: f.exec, Load: f.load, Classify: classify}.RunMany(context.Background(), calls, pipeline.Sizing{Chunk: 10, Workers: 1})
 		for i, r := range res {
 			if calls[i].Script == b {

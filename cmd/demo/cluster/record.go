@@ -7,6 +7,7 @@ import (
 
 	"github.com/holdfast/holdfast/cmd/demo/serve"
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 )
 
 // A Route is one limited path of the demo config.
@@ -19,10 +20,10 @@ type Route struct {
 	Policy core.Policy
 }
 
-// quota is the route's algorithm as a core.Quotaer: every algorithm a
+// quota is the route's algorithm as a driver.Quotaer: every algorithm a
 // config can name is one.
-func (r Route) quota() core.Quotaer {
-	q, _ := r.Policy.Algorithm().(core.Quotaer)
+func (r Route) quota() driver.Quotaer {
+	q, _ := r.Policy.Algorithm().(driver.Quotaer)
 	return q
 }
 
@@ -149,7 +150,7 @@ type ClusterRun struct {
 // A Master is one Redis Cluster master and the slots it serves.
 type Master struct {
 	Addr  string
-	Slots []core.SlotRange
+	Slots []driver.SlotRange
 }
 
 // SlotsString returns the master's slots as fallback's /status shows a

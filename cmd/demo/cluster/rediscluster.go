@@ -15,7 +15,7 @@ import (
 
 	goredislib "github.com/redis/go-redis/v9"
 
-	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 )
 
 // clusterMasters is the size of the --redis-cluster cluster: three masters,
@@ -143,7 +143,7 @@ func clusterSlots(ctx context.Context, addr string) ([]Master, error) {
 			index[a] = i
 			out = append(out, Master{Addr: a})
 		}
-		out[i].Slots = append(out[i].Slots, core.SlotRange{Start: s.Start, End: s.End})
+		out[i].Slots = append(out[i].Slots, driver.SlotRange{Start: s.Start, End: s.End})
 	}
 	for _, m := range out {
 		sort.Slice(m.Slots, func(i, j int) bool { return m.Slots[i].Start < m.Slots[j].Start })
@@ -185,19 +185,19 @@ func (c *cluster) node(addr string) *redisServer {
 
 // victimKey is the storage key whose master --redis-cluster kills: the
 // heavy token-bucket client's.
-func victimKey() string { return core.StorageKey(demoPrefix, "tb", "heavy") }
+func victimKey() string { return driver.StorageKey(demoPrefix, "tb", "heavy") }
 
 // clusterRun describes the cluster for the Record: its masters, the one
 // serving victimKey, and each series' key and slot.
 func (c *cluster) clusterRun(series []*Series) (*ClusterRun, error) {
 	cr := &ClusterRun{Masters: c.masters, Keys: map[string]string{}, Slots: map[string]int{}}
 	for _, s := range series {
-		k := core.StorageKey(demoPrefix, s.Route, s.Client)
-		cr.Keys[s.Name()], cr.Slots[s.Name()] = k, core.HashSlot(k)
+		k := driver.StorageKey(demoPrefix, s.Route, s.Client)
+		cr.Keys[s.Name()], cr.Slots[s.Name()] = k, driver.HashSlot(k)
 	}
-	cr.Killed = cr.MasterOf(core.HashSlot(victimKey()))
+	cr.Killed = cr.MasterOf(driver.HashSlot(victimKey()))
 	if cr.Killed < 0 || c.node(c.masters[cr.Killed].Addr) == nil {
-		return nil, fmt.Errorf("redis cluster: no node of ours serves %s (slot %d): masters %v", victimKey(), core.HashSlot(victimKey()), c.masters)
+		return nil, fmt.Errorf("redis cluster: no node of ours serves %s (slot %d): masters %v", victimKey(), driver.HashSlot(victimKey()), c.masters)
 	}
 	return cr, nil
 }
@@ -219,7 +219,7 @@ func (r *Record) ClusterSummary() []string {
 	out := []string{
 		fmt.Sprintf("redis cluster: %d masters, no replicas: %s", len(cr.Masters), strings.Join(ms, ", ")),
 		fmt.Sprintf("killed master %s (slots %s), serving tb heavy's key %s (slot %d): SIGKILL at %.1fs, restarted at %.1fs",
-			killed.Addr, killed.SlotsString(), victimKey(), core.HashSlot(victimKey()), sec(r.KillAt), sec(r.RestartAt)),
+			killed.Addr, killed.SlotsString(), victimKey(), driver.HashSlot(victimKey()), sec(r.KillAt), sec(r.RestartAt)),
 		"decisions of the requests sent while it was down, by the mode each answer named:",
 	}
 	width := 0

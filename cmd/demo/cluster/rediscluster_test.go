@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/cmd/demo/internal/demotest"
-	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 )
 
 // TestClusterSummary: the lines a --redis-cluster run adds name the killed
@@ -27,16 +27,16 @@ func TestClusterSummary(t *testing.T) {
 	}
 	r.Cluster = &ClusterRun{
 		Masters: []Master{
-			{Addr: "127.0.0.1:7001", Slots: []core.SlotRange{{Start: 0, End: 5460}}},
-			{Addr: "127.0.0.1:7002", Slots: []core.SlotRange{{Start: 5461, End: 10922}}},
-			{Addr: "127.0.0.1:7003", Slots: []core.SlotRange{{Start: 10923, End: 16383}}},
+			{Addr: "127.0.0.1:7001", Slots: []driver.SlotRange{{Start: 0, End: 5460}}},
+			{Addr: "127.0.0.1:7002", Slots: []driver.SlotRange{{Start: 5461, End: 10922}}},
+			{Addr: "127.0.0.1:7003", Slots: []driver.SlotRange{{Start: 10923, End: 16383}}},
 		},
 		Killed: 1, Keys: map[string]string{}, Slots: map[string]int{},
 		Breakers: map[string]map[string]int{"0-5460": {"closed": 40}, "5461-10922": {"open": 38, "closed": 2}},
 	}
 	for _, s := range r.Series {
-		k := core.StorageKey(demoPrefix, s.Route, s.Client)
-		r.Cluster.Keys[s.Name()], r.Cluster.Slots[s.Name()] = k, core.HashSlot(k)
+		k := driver.StorageKey(demoPrefix, s.Route, s.Client)
+		r.Cluster.Keys[s.Name()], r.Cluster.Slots[s.Name()] = k, driver.HashSlot(k)
 	}
 	r.Series[0].OutageModes = map[string]int{"local": 150, "redis": 2}
 	r.Series[2].OutageModes = map[string]int{"redis": 152}

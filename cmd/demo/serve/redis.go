@@ -17,6 +17,7 @@ import (
 	"github.com/holdfast/holdfast/backend/goredis"
 	"github.com/holdfast/holdfast/backend/rueidis"
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 )
 
 // quietRedis drops go-redis's own log lines: they would repeat every dial
@@ -61,7 +62,7 @@ func scrub(err error, raw string) error {
 // that closes it. Creating a store does not need Redis up: a rueidis Redis
 // Cluster client, which must read the slot map to exist, is created in the
 // background (see connectingStore) when no seed answers now.
-func openStore(ctx context.Context, o *Options, log *slog.Logger) (core.Store, func(), error) {
+func openStore(ctx context.Context, o *Options, log *slog.Logger) (driver.Store, func(), error) {
 	switch o.Backend {
 	case "goredis":
 		c, err := goredis.NewClient(o.Redis, goredis.ClientOptions{ReadTimeout: o.CallTimeout, WriteTimeout: o.CallTimeout, Cluster: o.RedisCluster})
@@ -97,10 +98,10 @@ func openStore(ctx context.Context, o *Options, log *slog.Logger) (core.Store, f
 
 // shardedStore is what the Redis backends' stores implement.
 type shardedStore interface {
-	core.Store
-	core.Pinger
-	core.Pipeliner
-	core.Sharded
+	driver.Store
+	driver.Pinger
+	driver.Pipeliner
+	driver.Sharded
 }
 
 // connectingStore is a store whose client is created in the background: it
@@ -201,7 +202,7 @@ func (s *connectingStore) store() shardedStore {
 }
 
 // Run runs the script on the connected store.
-func (s *connectingStore) Run(ctx context.Context, sc *core.Script, keys, args []string) ([]int64, error) {
+func (s *connectingStore) Run(ctx context.Context, sc *driver.Script, keys, args []string) ([]int64, error) {
 	if st := s.store(); st != nil {
 		return st.Run(ctx, sc, keys, args)
 	}
@@ -217,12 +218,12 @@ func (s *connectingStore) Ping(ctx context.Context) error {
 }
 
 // RunMany runs the calls on the connected store; before, each fails.
-func (s *connectingStore) RunMany(ctx context.Context, calls []core.Call) []core.CallResult {
+func (s *connectingStore) RunMany(ctx context.Context, calls []driver.Call) []driver.CallResult {
 	if st := s.store(); st != nil {
 		return st.RunMany(ctx, calls)
 	}
 	err := s.err()
-	out := make([]core.CallResult, len(calls))
+	out := make([]driver.CallResult, len(calls))
 	for i := range out {
 		out[i].Err = err
 	}
@@ -230,7 +231,7 @@ func (s *connectingStore) RunMany(ctx context.Context, calls []core.Call) []core
 }
 
 // Shards reads the topology from the connected store.
-func (s *connectingStore) Shards(ctx context.Context) ([]core.Shard, error) {
+func (s *connectingStore) Shards(ctx context.Context) ([]driver.Shard, error) {
 	if st := s.store(); st != nil {
 		return st.Shards(ctx)
 	}

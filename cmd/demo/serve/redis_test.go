@@ -11,19 +11,20 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 )
 
 // fakeStore answers every call with its name.
-type fakeStore struct{ shards []core.Shard }
+type fakeStore struct{ shards []driver.Shard }
 
-func (fakeStore) Run(context.Context, *core.Script, []string, []string) ([]int64, error) {
+func (fakeStore) Run(context.Context, *driver.Script, []string, []string) ([]int64, error) {
 	return []int64{1, 2, 3, 4, 5}, nil
 }
 func (fakeStore) Ping(context.Context) error { return nil }
-func (fakeStore) RunMany(_ context.Context, calls []core.Call) []core.CallResult {
-	return make([]core.CallResult, len(calls))
+func (fakeStore) RunMany(_ context.Context, calls []driver.Call) []driver.CallResult {
+	return make([]driver.CallResult, len(calls))
 }
-func (f fakeStore) Shards(context.Context) ([]core.Shard, error) { return f.shards, nil }
+func (f fakeStore) Shards(context.Context) ([]driver.Shard, error) { return f.shards, nil }
 
 // TestConnectingStore: until the dial succeeds every call fails with
 // core.ErrStoreUnavailable naming the target and the dial's error; then the
@@ -36,11 +37,11 @@ func TestConnectingStore(t *testing.T) {
 		if fails.Add(-1) >= 0 {
 			return nil, nil, errors.New("dial tcp 127.0.0.1:1: connection refused")
 		}
-		return fakeStore{shards: []core.Shard{{ID: "a"}, {ID: "b"}}}, func() { closed.Add(1) }, nil
+		return fakeStore{shards: []driver.Shard{{ID: "a"}, {ID: "b"}}}, func() { closed.Add(1) }, nil
 	}
 	s := newConnectingStore(context.Background(), "Redis Cluster seeds 127.0.0.1:1", dial, 20*time.Millisecond, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ctx := context.Background()
-	sc := core.NewScript("x", "return 1", nil)
+	sc := driver.NewScript("x", "return 1", nil)
 	_, err := s.Run(ctx, sc, []string{"k"}, nil)
 	if !errors.Is(err, core.ErrStoreUnavailable) || !strings.Contains(err.Error(), "not connected to Redis Cluster seeds 127.0.0.1:1 yet") ||
 		!strings.Contains(err.Error(), "connection refused") {
@@ -49,7 +50,7 @@ func TestConnectingStore(t *testing.T) {
 	if err := s.Ping(ctx); !errors.Is(err, core.ErrStoreUnavailable) {
 		t.Errorf("Ping before connecting: %v", err)
 	}
-	if res := s.RunMany(ctx, make([]core.Call, 2)); len(res) != 2 || !errors.Is(res[1].Err, core.ErrStoreUnavailable) {
+	if res := s.RunMany(ctx, make([]driver.Call, 2)); len(res) != 2 || !errors.Is(res[1].Err, core.ErrStoreUnavailable) {
 		t.Errorf("RunMany before connecting: %v", res)
 	}
 	if _, err := s.Shards(ctx); !errors.Is(err, core.ErrStoreUnavailable) {
@@ -68,7 +69,7 @@ func TestConnectingStore(t *testing.T) {
 	if sh, err := s.Shards(ctx); err != nil || len(sh) != 2 {
 		t.Errorf("Shards once connected: %v %v", sh, err)
 	}
-	if res := s.RunMany(ctx, make([]core.Call, 3)); len(res) != 3 || res[0].Err != nil {
+	if res := s.RunMany(ctx, make([]driver.Call, 3)); len(res) != 3 || res[0].Err != nil {
 		t.Errorf("RunMany once connected: %v", res)
 	}
 	s.Close()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/holdfast/holdfast/cmd/demo/serve/rls"
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 )
 
 func writeFile(name, src string) error { return os.WriteFile(name, []byte(src), 0o644) }
@@ -61,7 +62,7 @@ func FuzzPlan(f *testing.F) {
 				t.Fatalf("key %q", it.Key)
 			}
 			if it.Limit != nil && it.Limit.Policy.Valid() {
-				if err := core.CheckRequest(it.Limit.Policy, it.Key, 1); err != nil {
+				if err := driver.CheckRequest(it.Limit.Policy, it.Key, 1); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -17,6 +17,7 @@ import (
 
 	_ "github.com/holdfast/holdfast/algorithms" // registers the built-in algorithms
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 	"github.com/holdfast/holdfast/fallback"
 )
 
@@ -393,7 +394,7 @@ func (p *parser) rateLimit(n *yaml.Node, at string, keys, tokens []string) (*Lim
 	if err != nil {
 		return nil, err
 	}
-	alg, err := core.AlgorithmByName(algName)
+	alg, err := driver.AlgorithmByName(algName)
 	if err != nil {
 		return nil, p.errorf(join(at, "algorithm"), err, "%v", err)
 	}
@@ -418,14 +419,14 @@ func (p *parser) rateLimit(n *yaml.Node, at string, keys, tokens []string) (*Lim
 // newPolicy is limit per window as alg's policy: a rate algorithm's bucket
 // of capacity limit refilled at limit per window, or a window algorithm's
 // limit per window.
-func newPolicy(alg core.Algorithm, name string, limit int64, window time.Duration) (core.Policy, error) {
+func newPolicy(alg driver.Algorithm, name string, limit int64, window time.Duration) (core.Policy, error) {
 	switch a := alg.(type) {
-	case core.RateAlgorithm:
+	case driver.RateAlgorithm:
 		return a.RatePolicy(name, limit, float64(limit)/window.Seconds())
-	case core.WindowAlgorithm:
+	case driver.WindowAlgorithm:
 		return a.WindowPolicy(name, limit, window)
 	}
-	return core.Policy{}, core.Errorf(core.ErrInvalidPolicy, "algorithm %s takes no rate or window", alg.Name())
+	return core.Policy{}, driver.Errorf(core.ErrInvalidPolicy, "algorithm %s takes no rate or window", alg.Name())
 }
 
 func (p *parser) replaces(f map[string]*yaml.Node, at, own string) ([]string, error) {
@@ -474,10 +475,10 @@ func (p *parser) policyName(tokens []string) (string, error) {
 		}
 	}
 	name := string(b)
-	if changed || len(name) > core.MaxPolicyName {
+	if changed || len(name) > driver.MaxPolicyName {
 		h := fnv.New32a()
 		h.Write([]byte(full))
-		name = fmt.Sprintf("%.*s-%08x", core.MaxPolicyName-9, name, h.Sum32())
+		name = fmt.Sprintf("%.*s-%08x", driver.MaxPolicyName-9, name, h.Sum32())
 	}
 	if d, taken := p.names[name]; taken {
 		return "", fmt.Errorf("policy name %s of this descriptor is taken by another of domain %s", show(name), show(d))
@@ -491,11 +492,11 @@ func (p *parser) algorithmOf(f map[string]*yaml.Node, at, def string) (string, e
 	if err != nil || name == "" {
 		return def, err
 	}
-	alg, err := core.AlgorithmByName(name)
+	alg, err := driver.AlgorithmByName(name)
 	if err == nil {
 		switch alg.(type) {
-		case core.RateAlgorithm, core.WindowAlgorithm:
-			if _, ok := alg.(core.Refunder); ok {
+		case driver.RateAlgorithm, driver.WindowAlgorithm:
+			if _, ok := alg.(driver.Refunder); ok {
 				return name, nil
 			}
 		}

@@ -53,6 +53,7 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 	"github.com/holdfast/holdfast/fallback"
 )
 
@@ -440,7 +441,7 @@ func (c *Config) Override(domain string, entries []Entry, rpu uint32, unit Unit)
 		h := fnv.New32a()
 		h.Write([]byte(id))
 		name := fmt.Sprintf("override-%08x", h.Sum32())
-		alg, _ := core.AlgorithmByName(DefaultAlgorithm)
+		alg, _ := driver.AlgorithmByName(DefaultAlgorithm)
 		p, err := newPolicy(alg, name, int64(rpu), unit.Duration())
 		if err != nil {
 			return nil, "", badRequest("a limit override of %d per %s: %v", rpu, unit, err)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/holdfast/holdfast/cmd/demo/serve/rls"
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 	"github.com/holdfast/holdfast/fallback"
 )
 
@@ -287,7 +288,7 @@ descriptors:
 	seen := map[string]bool{}
 	for _, l := range c.Limits() {
 		n := l.Policy.Name()
-		if err := core.CheckPolicyName(n); err != nil || seen[n] {
+		if err := driver.CheckPolicyName(n); err != nil || seen[n] {
 			t.Errorf("name %q: %v, seen %v", n, err, seen[n])
 		}
 		seen[n] = true

@@ -14,6 +14,7 @@ import (
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	hfrueidis "github.com/holdfast/holdfast/backend/rueidis"
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 	"github.com/holdfast/holdfast/internal/redistest"
 	"github.com/holdfast/holdfast/reconcile"
 )
@@ -26,17 +27,17 @@ var modes = []string{"alone", "batched"}
 // reconcileIn reconciles batches as mode says and returns each batch's
 // outcome (a batch whose companion failed reports that failure too). In
 // the batched mode it checks that a multi-batch script ran.
-func reconcileIn(t *testing.T, mode string, r *reconcile.Reconciler, store core.Store, batches []core.Batch) []error {
+func reconcileIn(t *testing.T, mode string, r *reconcile.Reconciler, store driver.Store, batches []driver.Batch) []error {
 	t.Helper()
 	if mode == "alone" {
 		return r.Reconcile(context.Background(), store, batches)
 	}
-	all := append([]core.Batch(nil), batches...)
+	all := append([]driver.Batch(nil), batches...)
 	for _, b := range batches {
 		// The companion's key has the batch's hash tag, so its slot.
 		c := b
 		c.ID, c.Key = "companion-"+b.ID, "companion:"+b.Key
-		c.Grants = append([]core.Grant(nil), b.Grants...)
+		c.Grants = append([]driver.Grant(nil), b.Grants...)
 		for i := range c.Grants {
 			c.Grants[i].ID = "companion-" + c.Grants[i].ID
 		}
@@ -59,18 +60,18 @@ func reconcileIn(t *testing.T, mode string, r *reconcile.Reconciler, store core.
 // recording is a Store that records the names of the scripts it runs; it
 // pipelines when its store does.
 type recording struct {
-	core.Store
+	driver.Store
 	mu    sync.Mutex
 	names []string
 }
 
-func (r *recording) note(s *core.Script) {
+func (r *recording) note(s *driver.Script) {
 	r.mu.Lock()
 	r.names = append(r.names, s.Name())
 	r.mu.Unlock()
 }
 
-func (r *recording) Run(ctx context.Context, s *core.Script, keys, args []string) ([]int64, error) {
+func (r *recording) Run(ctx context.Context, s *driver.Script, keys, args []string) ([]int64, error) {
 	r.note(s)
 	return r.Store.Run(ctx, s, keys, args)
 }
@@ -89,10 +90,10 @@ func (r *recording) ran(suffix string) bool {
 // pipelining is a recording that also pipelines.
 type pipelining struct {
 	*recording
-	pl core.Pipeliner
+	pl driver.Pipeliner
 }
 
-func (p pipelining) RunMany(ctx context.Context, calls []core.Call) []core.CallResult {
+func (p pipelining) RunMany(ctx context.Context, calls []driver.Call) []driver.CallResult {
 	for _, c := range calls {
 		p.note(c.Script)
 	}
@@ -103,11 +104,11 @@ func (p pipelining) RunMany(ctx context.Context, calls []core.Call) []core.CallR
 // failure of a call as a lost reply: the process died after Redis ran (part
 // of) the call, before it read the reply.
 type lostReply struct {
-	core.Store
+	driver.Store
 	lost int
 }
 
-func (l *lostReply) Run(ctx context.Context, s *core.Script, keys, args []string) ([]int64, error) {
+func (l *lostReply) Run(ctx context.Context, s *driver.Script, keys, args []string) ([]int64, error) {
 	r, err := l.Store.Run(ctx, s, keys, args)
 	if err != nil && l.lost > 0 {
 		l.lost--
@@ -160,13 +161,13 @@ func TestCrashBetweenKeysCountsOnce(t *testing.T) {
 		name := tc.p.Algorithm().Name()
 		t.Run(name, func(t *testing.T) {
 			now := redisNow(t, srv)
-			first := core.StorageKey("hf:", tc.p.Name(), "between")
+			first := driver.StorageKey("hf:", tc.p.Name(), "between")
 			second := "second:" + first // the same hash tag: the same slot
-			batch := func(id, key string) core.Batch {
-				return core.Batch{ID: id, Key: key, Policy: tc.p,
-					Grants: []core.Grant{{ID: id + "-a", Cost: 3, At: now - 1000}, {ID: id + "-b", Cost: 2, At: now}}}
+			batch := func(id, key string) driver.Batch {
+				return driver.Batch{ID: id, Key: key, Policy: tc.p,
+					Grants: []driver.Grant{{ID: id + "-a", Cost: 3, At: now - 1000}, {ID: id + "-b", Cost: 2, At: now}}}
 			}
-			batches := []core.Batch{batch("app1:e1:1", first), batch("app1:e1:2", second)}
+			batches := []driver.Batch{batch("app1:e1:1", first), batch("app1:e1:2", second)}
 			tc.spoil(second)
 			rec := &recording{Store: &lostReply{Store: newStore(t, srv), lost: 1}}
 			r := reconcile.New(reconcile.Options{})
@@ -208,12 +209,12 @@ func TestFailedBatchInMultiCall(t *testing.T) {
 	store := newStore(t, srv)
 	p, _ := slidingwindow.Policy("sw", 10, time.Minute)
 	now := redisNow(t, srv)
-	base := core.StorageKey("hf:", "sw", "failed")
-	var batches []core.Batch
+	base := driver.StorageKey("hf:", "sw", "failed")
+	var batches []driver.Batch
 	for i := range 4 {
 		id := fmt.Sprint("app1:e1:", i)
-		batches = append(batches, core.Batch{ID: id, Key: fmt.Sprint(i, ":", base), Policy: p,
-			Grants: []core.Grant{{ID: id + "-a", Cost: 2, At: now - 1000}}})
+		batches = append(batches, driver.Batch{ID: id, Key: fmt.Sprint(i, ":", base), Policy: p,
+			Grants: []driver.Grant{{ID: id + "-a", Cost: 2, At: now - 1000}}})
 	}
 	srv.Do(t, "SET", batches[2].Key, "not a window")
 	rec := &recording{Store: store}
@@ -249,7 +250,7 @@ func TestBatchedPipelines(t *testing.T) {
 		t.Run(backend, func(t *testing.T) {
 			t.Parallel()
 			srv := redistest.Start(t)
-			var store core.Store
+			var store driver.Store
 			if backend == "goredis" {
 				store = newStore(t, srv)
 			} else {
@@ -269,7 +270,7 @@ func TestBatchedPipelines(t *testing.T) {
 					alone[i].Key = "alone:" + alone[i].Key
 				}
 				rec := &recording{Store: store}
-				multi := pipelining{recording: rec, pl: store.(core.Pipeliner)}
+				multi := pipelining{recording: rec, pl: store.(driver.Pipeliner)}
 				for attempt := range 2 {
 					for i, err := range reconcile.New(reconcile.Options{}).Reconcile(context.Background(), multi, batches) {
 						if err != nil {
@@ -323,11 +324,11 @@ func TestRefusedBatchInMultiCall(t *testing.T) {
 	srv := redistest.Start(t)
 	p, _ := tokenbucket.Policy("tb", 10, 1)
 	now := redisNow(t, srv)
-	base := core.StorageKey("hf:", "tb", "refused")
-	var batches []core.Batch
+	base := driver.StorageKey("hf:", "tb", "refused")
+	var batches []driver.Batch
 	for i := range 3 {
-		batches = append(batches, core.Batch{ID: fmt.Sprint("app1:e1:", i), Key: fmt.Sprint(i, ":", base), Policy: p,
-			Grants: []core.Grant{{Cost: 2, At: now}}})
+		batches = append(batches, driver.Batch{ID: fmt.Sprint("app1:e1:", i), Key: fmt.Sprint(i, ":", base), Policy: p,
+			Grants: []driver.Grant{{Cost: 2, At: now}}})
 	}
 	srv.Do(t, "SET", batches[1].Key, "corrupt")
 	rec := &recording{Store: newStore(t, srv)}

@@ -15,11 +15,12 @@ import (
 	"github.com/holdfast/holdfast/backend/goredis"
 	hfrueidis "github.com/holdfast/holdfast/backend/rueidis"
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 	"github.com/holdfast/holdfast/internal/redistest"
 	"github.com/holdfast/holdfast/reconcile"
 )
 
-func newStore(t testing.TB, srv *redistest.Server) core.Store {
+func newStore(t testing.TB, srv *redistest.Server) driver.Store {
 	c, err := goredis.NewClient(srv.URL(), goredis.ClientOptions{ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -32,13 +33,13 @@ func newStore(t testing.TB, srv *redistest.Server) core.Store {
 // the first `fail` calls: a process that died after Redis applied a batch
 // but before it cleared its log.
 type crashAfter struct {
-	core.Store
+	driver.Store
 	fail int
 }
 
 var errCrash = errors.New("injected crash after apply")
 
-func (c *crashAfter) Run(ctx context.Context, s *core.Script, keys, args []string) ([]int64, error) {
+func (c *crashAfter) Run(ctx context.Context, s *driver.Script, keys, args []string) ([]int64, error) {
 	r, err := c.Store.Run(ctx, s, keys, args)
 	if err == nil && c.fail > 0 {
 		c.fail--
@@ -79,15 +80,15 @@ func TestCrashMidReconcileCountsOnce(t *testing.T) {
 			store := &crashAfter{Store: newStore(t, srv), fail: 1}
 			p, _ := tokenbucket.Policy("tb", 10, 1)
 			now := time.Now().UnixMicro()
-			key := core.StorageKey("hf:", "tb", "crash")
-			b := core.Batch{ID: "app1:run:1", Key: key, Policy: p, Seed: core.Seed{Value: 10e6, At: now},
-				Grants: []core.Grant{{Cost: 3, At: now}, {Cost: 2, At: now}}}
+			key := driver.StorageKey("hf:", "tb", "crash")
+			b := driver.Batch{ID: "app1:run:1", Key: key, Policy: p, Seed: driver.Seed{Value: 10e6, At: now},
+				Grants: []driver.Grant{{Cost: 3, At: now}, {Cost: 2, At: now}}}
 			r := reconcile.New(reconcile.Options{})
-			if errs := reconcileIn(t, mode, r, store, []core.Batch{b}); !errors.Is(errs[0], errCrash) {
+			if errs := reconcileIn(t, mode, r, store, []driver.Batch{b}); !errors.Is(errs[0], errCrash) {
 				t.Fatalf("first attempt: %v, want the injected crash", errs[0])
 			}
 			for attempt := range 3 {
-				if errs := reconcileIn(t, mode, r, store, []core.Batch{b}); errs[0] != nil {
+				if errs := reconcileIn(t, mode, r, store, []driver.Batch{b}); errs[0] != nil {
 					t.Fatalf("retry %d: %v", attempt, errs[0])
 				}
 			}
@@ -111,19 +112,19 @@ func TestScriptMatchesModel(t *testing.T) {
 			p, _ := tokenbucket.Policy("tb", 10, 4) // 250 ms a token
 			full := int64(10 * 250_000)
 			now := time.Now().UnixMicro()
-			grants := []core.Grant{{Cost: 4, At: now - 900_000}, {Cost: 4, At: now - 800_000}, {Cost: 5, At: now - 100_000}, {Cost: 3, At: now}}
+			grants := []driver.Grant{{Cost: 4, At: now - 900_000}, {Cost: 4, At: now - 800_000}, {Cost: 5, At: now - 100_000}, {Cost: 3, At: now}}
 			for i, tc := range []struct {
 				stored *tokenbucket.State
 				legacy bool // stored as the hash {c, t} of earlier versions
-				seed   core.Seed
+				seed   driver.Seed
 			}{
 				{stored: &tokenbucket.State{Credit: 1_000_000, Last: now - 1_000_000}},
 				{stored: &tokenbucket.State{Credit: 0, Last: now - 500_000}}, // newer than some grants
 				{stored: &tokenbucket.State{Credit: 0, Last: now - 500_000}, legacy: true},
-				{seed: core.Seed{Value: 500_000, At: now - 2_000_000}},
+				{seed: driver.Seed{Value: 500_000, At: now - 2_000_000}},
 				{},
 			} {
-				key := core.StorageKey("hf:", "tb", fmt.Sprint("model-", i))
+				key := driver.StorageKey("hf:", "tb", fmt.Sprint("model-", i))
 				var st int64
 				switch {
 				case tc.legacy:
@@ -133,9 +134,9 @@ func TestScriptMatchesModel(t *testing.T) {
 					st = tc.stored.Empty()
 					srv.Do(t, "SET", key, fmt.Sprint(st))
 				}
-				b := core.Batch{ID: fmt.Sprint("b", i), Key: key, Policy: p, Seed: tc.seed, Grants: grants}
+				b := driver.Batch{ID: fmt.Sprint("b", i), Key: key, Policy: p, Seed: tc.seed, Grants: grants}
 				before := redisNow(t, srv)
-				if errs := reconcileIn(t, mode, reconcile.New(reconcile.Options{}), store, []core.Batch{b}); errs[0] != nil {
+				if errs := reconcileIn(t, mode, reconcile.New(reconcile.Options{}), store, []driver.Batch{b}); errs[0] != nil {
 					t.Fatal(errs[0])
 				}
 				after := redisNow(t, srv)
@@ -167,25 +168,25 @@ func TestScriptMergesInstances(t *testing.T) {
 			store := newStore(t, srv)
 			p, _ := tokenbucket.Policy("tb", 10, 10) // 100 ms a token
 			now := time.Now().UnixMicro()
-			key := core.StorageKey("hf:", "tb", "merge")
+			key := driver.StorageKey("hf:", "tb", "merge")
 			start := tokenbucket.State{Credit: 2 * 100_000, Last: now - 3_000_000}
 			srv.Do(t, "SET", key, fmt.Sprint(start.Empty()))
 			var m tokenbucket.MergeLog
 			want := start.Empty()
 			r := reconcile.New(reconcile.Options{})
 			for i := range 3 {
-				var grants []core.Grant
+				var grants []driver.Grant
 				for j := range 10 {
 					// Each instance admits 2.5 a second, interleaved with the others.
-					grants = append(grants, core.Grant{Cost: 1, At: now - 3_000_000 + int64(j)*400_000 + int64(i)*133_000})
+					grants = append(grants, driver.Grant{Cost: 1, At: now - 3_000_000 + int64(j)*400_000 + int64(i)*133_000})
 				}
-				b := core.Batch{ID: fmt.Sprint("app", i), Key: key, Policy: p, Grants: grants}
-				if errs := reconcileIn(t, mode, r, store, []core.Batch{b}); errs[0] != nil {
+				b := driver.Batch{ID: fmt.Sprint("app", i), Key: key, Policy: p, Grants: grants}
+				if errs := reconcileIn(t, mode, r, store, []driver.Batch{b}); errs[0] != nil {
 					t.Fatal(errs[0])
 				}
 				// No debt reaches a bucket here, so the replay's own time does not
 				// matter to the model.
-				want = tokenbucket.Replay(want, true, core.Seed{}, &m, 10, 100_000, now, grants)
+				want = tokenbucket.Replay(want, true, driver.Seed{}, &m, 10, 100_000, now, grants)
 				if got := bucket(t, srv, key); got != want {
 					t.Fatalf("after instance %d: Redis %d, model %d", i, got, want)
 				}
@@ -211,19 +212,19 @@ func TestScriptReadsLegacyMergeLog(t *testing.T) {
 			store := newStore(t, srv)
 			p, _ := tokenbucket.Policy("tb", 10, 10) // 100 ms a token
 			now := time.Now().UnixMicro()
-			key := core.StorageKey("hf:", "tb", "legacy-log")
+			key := driver.StorageKey("hf:", "tb", "legacy-log")
 			base := tokenbucket.State{Credit: 300_000, Last: now - 200_000}
-			logged := core.Grant{Cost: 4, At: now - 190_000}
+			logged := driver.Grant{Cost: 4, At: now - 190_000}
 			srv.Do(t, "SET", key, fmt.Sprint(base.Empty()+4*100_000))
 			srv.Do(t, "RPUSH", reconcile.MergeKey(key), fmt.Sprint("base ", base.Credit, " ", base.Last), fmt.Sprint(logged.At, " ", logged.Cost))
 			srv.Do(t, "PEXPIRE", reconcile.MergeKey(key), "60000")
-			grants := []core.Grant{{Cost: 2, At: now - 195_000}, {Cost: 3, At: now - 100_000}}
-			b := core.Batch{ID: "second", Key: key, Policy: p, Grants: grants}
-			if errs := reconcileIn(t, mode, reconcile.New(reconcile.Options{}), store, []core.Batch{b}); errs[0] != nil {
+			grants := []driver.Grant{{Cost: 2, At: now - 195_000}, {Cost: 3, At: now - 100_000}}
+			b := driver.Batch{ID: "second", Key: key, Policy: p, Grants: grants}
+			if errs := reconcileIn(t, mode, reconcile.New(reconcile.Options{}), store, []driver.Batch{b}); errs[0] != nil {
 				t.Fatal(errs[0])
 			}
-			m := tokenbucket.MergeLog{Started: true, Base: base.Empty(), Grants: []core.Grant{logged}}
-			want := tokenbucket.Replay(base.Empty()+4*100_000, true, core.Seed{}, &m, 10, 100_000, now, grants)
+			m := tokenbucket.MergeLog{Started: true, Base: base.Empty(), Grants: []driver.Grant{logged}}
+			want := tokenbucket.Replay(base.Empty()+4*100_000, true, driver.Seed{}, &m, 10, 100_000, now, grants)
 			if got := bucket(t, srv, key); got != want {
 				t.Fatalf("Redis %d, model %d", got, want)
 			}
@@ -243,17 +244,17 @@ func TestSlidingWindowReplay(t *testing.T) {
 			store := newStore(t, srv)
 			p, _ := slidingwindow.Policy("sw", 10, 10*time.Second)
 			now := time.Now().UnixMicro()
-			key := core.StorageKey("hf:", "sw", "replay")
-			grants := []core.Grant{
+			key := driver.StorageKey("hf:", "sw", "replay")
+			grants := []driver.Grant{
 				{ID: "old", Cost: 1, At: now - 20_000_000}, // outside the window
 				{ID: "a", Cost: 1, At: now - 5_000_000},
 				{ID: "b", Cost: 3, At: now - 1_000_000},
 			}
-			seed := core.Seed{Value: 2, At: now - 3_000_000}
+			seed := driver.Seed{Value: 2, At: now - 3_000_000}
 			r := reconcile.New(reconcile.Options{})
 			for _, id := range []string{"batch-1", "batch-1", "batch-2"} {
-				b := core.Batch{ID: id, Key: key, Policy: p, Seed: seed, Grants: grants}
-				if errs := reconcileIn(t, mode, r, store, []core.Batch{b}); errs[0] != nil {
+				b := driver.Batch{ID: id, Key: key, Policy: p, Seed: seed, Grants: grants}
+				if errs := reconcileIn(t, mode, r, store, []driver.Batch{b}); errs[0] != nil {
 					t.Fatal(errs[0])
 				}
 			}
@@ -295,7 +296,7 @@ func BenchmarkReconcile(b *testing.B) {
 
 func benchReconcile(b *testing.B, backend string) {
 	srv := redistest.Start(b)
-	var store core.Store
+	var store driver.Store
 	if backend == "goredis" {
 		// The default client, as the harness and the fallback layer use
 		// it: a 50 ms read deadline per pipeline.
@@ -333,7 +334,7 @@ func benchReconcile(b *testing.B, backend string) {
 						// that failed, an unknown outcome, are sent again with
 						// the same ids.
 						for attempt := 0; len(batches) > 0; attempt++ {
-							var again []core.Batch
+							var again []driver.Batch
 							var last error
 							for i, err := range r.Reconcile(context.Background(), store, batches) {
 								if err != nil {
@@ -363,16 +364,16 @@ func benchReconcile(b *testing.B, backend string) {
 // reconcileBatches is the outage log of n keys under policy p: one batch per
 // key, with three grants of cost 1 a millisecond apart before now, the
 // same as the harness's section 4 builds.
-func reconcileBatches(p core.Policy, id string, n int, now int64) []core.Batch {
+func reconcileBatches(p core.Policy, id string, n int, now int64) []driver.Batch {
 	const grants = 3
-	batches := make([]core.Batch, n)
+	batches := make([]driver.Batch, n)
 	for k := range batches {
 		ks := strconv.Itoa(k)
-		gs := make([]core.Grant, grants)
+		gs := make([]driver.Grant, grants)
 		for j := range gs {
-			gs[j] = core.Grant{ID: id + ks + "-" + strconv.Itoa(j), Cost: 1, At: now - int64(grants-j)*1000}
+			gs[j] = driver.Grant{ID: id + ks + "-" + strconv.Itoa(j), Cost: 1, At: now - int64(grants-j)*1000}
 		}
-		batches[k] = core.Batch{ID: id + ks, Key: core.StorageKey("hf:", p.Name(), "k"+ks), Policy: p, Grants: gs}
+		batches[k] = driver.Batch{ID: id + ks, Key: driver.StorageKey("hf:", p.Name(), "k"+ks), Policy: p, Grants: gs}
 	}
 	return batches
 }

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/algorithms/slidingwindow"
-	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 	"github.com/holdfast/holdfast/internal/redistest"
 	"github.com/holdfast/holdfast/reconcile"
 )
@@ -28,10 +28,10 @@ func TestSlidingWindowReplayTTL(t *testing.T) {
 			const window = 10 * time.Second
 			p, _ := slidingwindow.Policy("sw", 10_000, window)
 			r := reconcile.New(reconcile.Options{})
-			replay := func(key, id string, grants ...core.Grant) {
+			replay := func(key, id string, grants ...driver.Grant) {
 				t.Helper()
-				b := core.Batch{ID: id, Key: key, Policy: p, Grants: grants}
-				if errs := reconcileIn(t, mode, r, store, []core.Batch{b}); errs[0] != nil {
+				b := driver.Batch{ID: id, Key: key, Policy: p, Grants: grants}
+				if errs := reconcileIn(t, mode, r, store, []driver.Batch{b}); errs[0] != nil {
 					t.Fatal(errs[0])
 				}
 			}
@@ -47,49 +47,49 @@ func TestSlidingWindowReplayTTL(t *testing.T) {
 			within := func(d, want time.Duration) bool { return d <= want+time.Millisecond && d >= want-time.Second }
 			now := redisNow(t, srv)
 
-			fresh := core.StorageKey("hf:", "sw", "fresh")
-			replay(fresh, "b1", core.Grant{ID: "a", Cost: 1, At: now - 4_000_000}, core.Grant{ID: "b", Cost: 1, At: now - 3_000_000})
+			fresh := driver.StorageKey("hf:", "sw", "fresh")
+			replay(fresh, "b1", driver.Grant{ID: "a", Cost: 1, At: now - 4_000_000}, driver.Grant{ID: "b", Cost: 1, At: now - 3_000_000})
 			if d := pttl(fresh); !within(d, window-3*time.Second) {
 				t.Errorf("fresh key: PTTL %v, want about %v (the newest grant's)", d, window-3*time.Second)
 			}
 
 			// A decision after the outage left a unit at now: its TTL is the whole
 			// window, and replaying older grants keeps it.
-			live := core.StorageKey("hf:", "sw", "live")
+			live := driver.StorageKey("hf:", "sw", "live")
 			srv.Do(t, "ZADD", live, fmt.Sprint(now), "decided")
 			srv.Do(t, "PEXPIRE", live, fmt.Sprint(window.Milliseconds()+1))
-			replay(live, "b1", core.Grant{ID: "a", Cost: 1, At: now - 5_000_000})
+			replay(live, "b1", driver.Grant{ID: "a", Cost: 1, At: now - 5_000_000})
 			if d := pttl(live); !within(d, window) {
 				t.Errorf("key with a newer unit: PTTL %v, want about %v (kept)", d, window)
 			}
 
 			// An old key's TTL is extended to cover the newer grant.
-			old := core.StorageKey("hf:", "sw", "old")
+			old := driver.StorageKey("hf:", "sw", "old")
 			srv.Do(t, "ZADD", old, fmt.Sprint(now-8_000_000), "decided")
 			srv.Do(t, "PEXPIRE", old, "2000")
-			replay(old, "b1", core.Grant{ID: "a", Cost: 1, At: now - 1_000_000})
+			replay(old, "b1", driver.Grant{ID: "a", Cost: 1, At: now - 1_000_000})
 			if d := pttl(old); !within(d, window-time.Second) {
 				t.Errorf("old key: PTTL %v, want about %v (extended)", d, window-time.Second)
 			}
 
 			// A key without a TTL gets one covering its newest member.
-			forever := core.StorageKey("hf:", "sw", "forever")
+			forever := driver.StorageKey("hf:", "sw", "forever")
 			srv.Do(t, "ZADD", forever, fmt.Sprint(now-1_000_000), "decided")
-			replay(forever, "b1", core.Grant{ID: "a", Cost: 1, At: now - 6_000_000})
+			replay(forever, "b1", driver.Grant{ID: "a", Cost: 1, At: now - 6_000_000})
 			if d := pttl(forever); !within(d, window-time.Second) {
 				t.Errorf("key without a TTL: PTTL %v, want about %v", d, window-time.Second)
 			}
 
 			// Grants only outside the window add nothing and leave the TTL alone.
-			replay(old, "b2", core.Grant{ID: "stale", Cost: 1, At: now - 20_000_000})
+			replay(old, "b2", driver.Grant{ID: "stale", Cost: 1, At: now - 20_000_000})
 			if n := srv.Do(t, "ZCARD", old); n != "2" {
 				t.Errorf("old key after a stale grant: ZCARD %s, want 2", n)
 			}
 
 			// 1200 units in two grants span several ZADD chunks; replaying them
 			// under another batch id adds nothing.
-			big := core.StorageKey("hf:", "sw", "big")
-			gs := []core.Grant{{ID: "x", Cost: 700, At: now - 2_000_000}, {ID: "y", Cost: 500, At: now - 1_000_000}}
+			big := driver.StorageKey("hf:", "sw", "big")
+			gs := []driver.Grant{{ID: "x", Cost: 700, At: now - 2_000_000}, {ID: "y", Cost: 500, At: now - 1_000_000}}
 			replay(big, "b1", gs...)
 			replay(big, "b2", gs...)
 			if n := srv.Do(t, "ZCARD", big); n != "1200" {

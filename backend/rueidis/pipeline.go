@@ -6,7 +6,7 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 	"github.com/holdfast/holdfast/internal/pipeline"
 )
 
@@ -32,7 +32,7 @@ var sizing = pipeline.Sizing{Chunk: 250, Workers: 2, MaxArgs: 4000}
 // every node; unlike rueidis's Lua.ExecMulti, RunMany does not pay a SCRIPT
 // LOAD round trip when the scripts are cached. Nothing else is retried: like
 // Run, a call that fails after it was sent has an unknown outcome.
-func (s *Store) RunMany(ctx context.Context, calls []core.Call) []core.CallResult {
+func (s *Store) RunMany(ctx context.Context, calls []driver.Call) []driver.CallResult {
 	b := pipeline.Batch{Exec: s.exec, Load: s.load, Classify: classify}
 	return b.RunMany(ctx, calls, sizing)
 }
@@ -40,7 +40,7 @@ func (s *Store) RunMany(ctx context.Context, calls []core.Call) []core.CallResul
 // exec sends calls[i], for each i in idx, in one DoMulti and stores each
 // outcome in out[i]. It returns the indexes the server refused with NOSCRIPT;
 // their outcome is that error until they are sent again.
-func (s *Store) exec(ctx context.Context, calls []core.Call, idx []int, out []core.CallResult) (refused []int) {
+func (s *Store) exec(ctx context.Context, calls []driver.Call, idx []int, out []driver.CallResult) (refused []int) {
 	cmds := make(rueidis.Commands, len(idx))
 	for j, i := range idx {
 		c := calls[i]
@@ -58,7 +58,7 @@ func (s *Store) exec(ctx context.Context, calls []core.Call, idx []int, out []co
 
 // load runs SCRIPT LOAD of sc on every node, in parallel, and returns the
 // first error.
-func (s *Store) load(ctx context.Context, sc *core.Script) error {
+func (s *Store) load(ctx context.Context, sc *driver.Script) error {
 	var (
 		wg    sync.WaitGroup
 		mu    sync.Mutex

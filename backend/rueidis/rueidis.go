@@ -1,4 +1,4 @@
-// Package rueidis is a core.Store on a rueidis Client: a single node or a
+// Package rueidis is a driver.Store on a rueidis Client: a single node or a
 // Redis Cluster, with rueidis's automatic pipelining of concurrent calls.
 // It is interchangeable with backend/goredis. Every storage key a script
 // touches carries the same hash tag, so one script runs on one cluster node.
@@ -12,10 +12,11 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 	"github.com/holdfast/holdfast/internal/pipeline"
 )
 
-// Store is a core.Store that runs scripts with EVALSHA, falling back to EVAL
+// Store is a driver.Store that runs scripts with EVALSHA, falling back to EVAL
 // when the server has lost its script cache. It never retries. It is safe for
 // concurrent use.
 //
@@ -34,9 +35,9 @@ type Store struct {
 }
 
 var (
-	_ core.Store     = (*Store)(nil)
-	_ core.Pinger    = (*Store)(nil)
-	_ core.Pipeliner = (*Store)(nil)
+	_ driver.Store     = (*Store)(nil)
+	_ driver.Pinger    = (*Store)(nil)
+	_ driver.Pipeliner = (*Store)(nil)
 )
 
 // New returns a Store on c: a client from NewClient or the application's
@@ -63,7 +64,7 @@ func New(c rueidis.Client) *Store {
 // still run when a stalled server wakes up. Run sends EVALSHA, and EVAL
 // when the server answers NOSCRIPT (its script cache was flushed), as
 // rueidis's Lua.Exec does.
-func (s *Store) Run(ctx context.Context, sc *core.Script, keys, args []string) ([]int64, error) {
+func (s *Store) Run(ctx context.Context, sc *driver.Script, keys, args []string) ([]int64, error) {
 	if ctx == nil {
 		return nil, core.ErrNilContext
 	}
@@ -119,7 +120,7 @@ func parse(name string, res rueidis.RedisResult) ([]int64, error) {
 	}
 	arr, err := res.ToArray()
 	if err != nil {
-		return nil, core.Errorf(core.ErrMalformedReply, "script %s: want an array of integers: %v", name, err)
+		return nil, driver.Errorf(core.ErrMalformedReply, "script %s: want an array of integers: %v", name, err)
 	}
 	out := make([]int64, len(arr))
 	for i := range arr {
@@ -127,7 +128,7 @@ func parse(name string, res rueidis.RedisResult) ([]int64, error) {
 		// would also parse numeric strings.
 		n, err := arr[i].ToInt64()
 		if err != nil {
-			return nil, core.Errorf(core.ErrMalformedReply, "script %s: element %d: %v", name, i, err)
+			return nil, driver.Errorf(core.ErrMalformedReply, "script %s: element %d: %v", name, i, err)
 		}
 		out[i] = n
 	}

@@ -8,13 +8,14 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 )
 
-var _ core.Sharded = (*Store)(nil)
+var _ driver.Sharded = (*Store)(nil)
 
 // Shards returns the cluster's shards from CLUSTER SLOTS, grouped by master;
 // nil when the client is not a cluster client.
-func (s *Store) Shards(ctx context.Context) ([]core.Shard, error) {
+func (s *Store) Shards(ctx context.Context) ([]driver.Shard, error) {
 	if s.c.Mode() != rueidis.ClientModeCluster {
 		return nil, nil
 	}
@@ -24,43 +25,43 @@ func (s *Store) Shards(ctx context.Context) ([]core.Shard, error) {
 	}
 	rows, err := res.ToArray()
 	if err != nil {
-		return nil, core.Errorf(core.ErrMalformedReply, "CLUSTER SLOTS: %v", err)
+		return nil, driver.Errorf(core.ErrMalformedReply, "CLUSTER SLOTS: %v", err)
 	}
-	ranges := make([]core.ShardSlots, 0, len(rows))
+	ranges := make([]driver.ShardSlots, 0, len(rows))
 	for _, row := range rows {
 		r, err := slotRow(row)
 		if err != nil {
-			return nil, core.Errorf(core.ErrMalformedReply, "CLUSTER SLOTS: %v", err)
+			return nil, driver.Errorf(core.ErrMalformedReply, "CLUSTER SLOTS: %v", err)
 		}
 		ranges = append(ranges, r)
 	}
-	return core.GroupShards(ranges)
+	return driver.GroupShards(ranges)
 }
 
 // slotRow reads one CLUSTER SLOTS entry: start, end, then the master as
 // [ip, port, id, ...] and its replicas.
-func slotRow(row rueidis.RedisMessage) (core.ShardSlots, error) {
+func slotRow(row rueidis.RedisMessage) (driver.ShardSlots, error) {
 	f, err := row.ToArray()
 	if err != nil {
-		return core.ShardSlots{}, err
+		return driver.ShardSlots{}, err
 	}
 	if len(f) < 3 {
-		return core.ShardSlots{}, errShort
+		return driver.ShardSlots{}, errShort
 	}
 	start, err := f[0].AsInt64()
 	if err != nil {
-		return core.ShardSlots{}, err
+		return driver.ShardSlots{}, err
 	}
 	end, err := f[1].AsInt64()
 	if err != nil {
-		return core.ShardSlots{}, err
+		return driver.ShardSlots{}, err
 	}
 	node, err := f[2].ToArray()
 	if err != nil {
-		return core.ShardSlots{}, err
+		return driver.ShardSlots{}, err
 	}
 	if len(node) < 2 {
-		return core.ShardSlots{}, errShort
+		return driver.ShardSlots{}, errShort
 	}
 	id := ""
 	if len(node) >= 3 {
@@ -71,7 +72,7 @@ func slotRow(row rueidis.RedisMessage) (core.ShardSlots, error) {
 		port, _ := node[1].AsInt64()
 		id = host + ":" + strconv.FormatInt(port, 10)
 	}
-	return core.ShardSlots{Master: id, Range: core.SlotRange{Start: int(start), End: int(end)}}, nil
+	return driver.ShardSlots{Master: id, Range: driver.SlotRange{Start: int(start), End: int(end)}}, nil
 }
 
 var errShort = errors.New("short slot entry")

@@ -24,6 +24,7 @@ import (
 	"github.com/holdfast/holdfast/backend/memory"
 	hfrueidis "github.com/holdfast/holdfast/backend/rueidis"
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 	"github.com/holdfast/holdfast/fallback"
 )
 
@@ -75,7 +76,7 @@ func hfResult(r core.Result, err error) (outcome, error) {
 }
 
 // coreOn decides with a plain core.Limiter over the store that mk builds.
-func coreOn(p func() (core.Policy, error), mk func(url string) (core.Store, func(), error)) func(context.Context, string) (decideFunc, func(), error) {
+func coreOn(p func() (core.Policy, error), mk func(url string) (driver.Store, func(), error)) func(context.Context, string) (decideFunc, func(), error) {
 	return func(_ context.Context, url string) (decideFunc, func(), error) {
 		pol, err := p()
 		if err != nil {
@@ -99,7 +100,7 @@ func coreOn(p func() (core.Policy, error), mk func(url string) (core.Store, func
 // fallbackImpl is a limiter on the whole outage-proof stack,
 // fallback.Limiter, over the store that mk builds. Before each run it waits
 // for the breaker to be closed.
-func fallbackImpl(name string, p func() (core.Policy, error), mk func(url string) (core.Store, func(), error), o fallback.Options) limiterImpl {
+func fallbackImpl(name string, p func() (core.Policy, error), mk func(url string) (driver.Store, func(), error), o fallback.Options) limiterImpl {
 	var l *fallback.Limiter
 	return limiterImpl{
 		name: name,
@@ -114,7 +115,7 @@ func fallbackImpl(name string, p func() (core.Policy, error), mk func(url string
 }
 
 // fallbackOn opens a fallback.Limiter and stores it in *out.
-func fallbackOn(p func() (core.Policy, error), mk func(url string) (core.Store, func(), error), o fallback.Options, out **fallback.Limiter) func(context.Context, string) (decideFunc, func(), error) {
+func fallbackOn(p func() (core.Policy, error), mk func(url string) (driver.Store, func(), error), o fallback.Options, out **fallback.Limiter) func(context.Context, string) (decideFunc, func(), error) {
 	return func(ctx context.Context, url string) (decideFunc, func(), error) {
 		pol, err := p()
 		if err != nil {
@@ -147,7 +148,7 @@ func fallbackOn(p func() (core.Policy, error), mk func(url string) (core.Store, 
 	}
 }
 
-func rueidisStore(url string) (core.Store, func(), error) {
+func rueidisStore(url string) (driver.Store, func(), error) {
 	c, err := hfrueidis.NewClient(url, hfrueidis.ClientOptions{})
 	if err != nil {
 		return nil, nil, err
@@ -155,7 +156,7 @@ func rueidisStore(url string) (core.Store, func(), error) {
 	return hfrueidis.New(c), c.Close, nil
 }
 
-func goredisStore(url string) (core.Store, func(), error) {
+func goredisStore(url string) (driver.Store, func(), error) {
 	c, err := goredis.NewClient(url, goredis.ClientOptions{})
 	if err != nil {
 		return nil, nil, err
@@ -267,7 +268,7 @@ const (
 // downStore is a Redis that is down; the degraded limiter never calls it.
 type downStore struct{}
 
-func (downStore) Run(context.Context, *core.Script, []string, []string) ([]int64, error) {
+func (downStore) Run(context.Context, *driver.Script, []string, []string) ([]int64, error) {
 	return nil, core.ErrStoreUnavailable
 }
 
@@ -281,7 +282,7 @@ const (
 func localImpls() []limiterImpl {
 	localTB := func() (core.Policy, error) { return tokenbucket.Policy("local", localCap, localPerSec) }
 	return []limiterImpl{
-		{name: implLocalMemory, open: coreOn(localTB, func(string) (core.Store, func(), error) {
+		{name: implLocalMemory, open: coreOn(localTB, func(string) (driver.Store, func(), error) {
 			s, err := memory.New(memory.Options{})
 			if err != nil {
 				return nil, nil, err

@@ -17,6 +17,7 @@ import (
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	"github.com/holdfast/holdfast/bench/redisproc"
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 )
 
 // memoryRow is one storage layout's cost.
@@ -99,7 +100,7 @@ func (h *harness) memory(ctx context.Context) error {
 	ul := limiter.New(ulStore, limiter.Rate{Period: 100 * time.Second, Limit: 100})
 	keys := makeKeys(n)
 	hfKey := func(p core.Policy) func(string) string {
-		return func(k string) string { return core.StorageKey(core.DefaultPrefix, p.Name(), k) }
+		return func(k string) string { return driver.StorageKey(core.DefaultPrefix, p.Name(), k) }
 	}
 	layouts := []struct {
 		row    *memoryRow
@@ -158,7 +159,7 @@ func (h *harness) memory(ctx context.Context) error {
 // one key that already holds 1000.
 func (h *harness) swPerRequest(ctx context.Context, admin *redis.Client, hf *core.Limiter, sw core.Policy, keys []string, small, large *memoryRow, rep int) error {
 	sk := keys[:min(1000, len(keys))]
-	key := func(k string) string { return core.StorageKey(core.DefaultPrefix, sw.Name(), k) }
+	key := func(k string) string { return driver.StorageKey(core.DefaultPrefix, sw.Name(), k) }
 	// MEMORY USAGE is one figure (the first repetition's); the used_memory
 	// deltas are taken every repetition, outside those calls.
 	var before, after []float64

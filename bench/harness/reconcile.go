@@ -10,6 +10,7 @@ import (
 	"github.com/holdfast/holdfast/algorithms/slidingwindow"
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 	"github.com/holdfast/holdfast/reconcile"
 )
 
@@ -46,7 +47,7 @@ func (h *harness) reconcile(ctx context.Context) error {
 		RedisUsPerKey: map[reconcileCell][]float64{},
 	}
 	h.report.Reconcile = res
-	stores := map[string]core.Store{}
+	stores := map[string]driver.Store{}
 	for _, b := range res.Backends {
 		mk := rueidisStore
 		if b == "go-redis" {
@@ -124,7 +125,7 @@ func (h *harness) reconcile(ctx context.Context) error {
 	return h.admin.FlushAll(ctx).Err()
 }
 
-func replay(ctx context.Context, r *reconcile.Reconciler, s core.Store, p core.Policy, id string, n int) error {
+func replay(ctx context.Context, r *reconcile.Reconciler, s driver.Store, p core.Policy, id string, n int) error {
 	var t0 time.Time
 	var failed int
 	return replayTimed(ctx, r, s, p, id, n, &t0, &failed)
@@ -133,21 +134,21 @@ func replay(ctx context.Context, r *reconcile.Reconciler, s core.Store, p core.P
 // replayTimed builds the batches of n keys, sets *start, and replays them,
 // sending failed batches again until all are acknowledged. *failed is how
 // many failed the first time.
-func replayTimed(ctx context.Context, r *reconcile.Reconciler, s core.Store, p core.Policy, id string, n int, start *time.Time, failed *int) error {
+func replayTimed(ctx context.Context, r *reconcile.Reconciler, s driver.Store, p core.Policy, id string, n int, start *time.Time, failed *int) error {
 	now := time.Now().UnixMicro()
-	batches := make([]core.Batch, n)
+	batches := make([]driver.Batch, n)
 	for k := range batches {
 		ks := strconv.Itoa(k)
-		gs := make([]core.Grant, grantsPerKey)
+		gs := make([]driver.Grant, grantsPerKey)
 		for j := range gs {
-			gs[j] = core.Grant{ID: id + ks + "-" + strconv.Itoa(j), Cost: 1, At: now - int64(grantsPerKey-j)*1000}
+			gs[j] = driver.Grant{ID: id + ks + "-" + strconv.Itoa(j), Cost: 1, At: now - int64(grantsPerKey-j)*1000}
 		}
-		batches[k] = core.Batch{ID: id + ks, Key: core.StorageKey("hf:", p.Name(), "k"+ks), Policy: p, Grants: gs}
+		batches[k] = driver.Batch{ID: id + ks, Key: driver.StorageKey("hf:", p.Name(), "k"+ks), Policy: p, Grants: gs}
 	}
 	*start = time.Now()
 	*failed = 0
 	for attempt := 1; ; attempt++ {
-		var again []core.Batch
+		var again []driver.Batch
 		var last error
 		for i, err := range r.Reconcile(ctx, s, batches) {
 			if err != nil {

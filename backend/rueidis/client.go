@@ -32,6 +32,12 @@ const (
 // calls, are closed.
 const lonePoolCleanup = time.Second
 
+// CrowdCalls is how many Run calls in flight on a Store make it send them
+// on the connection that waits MaxFlushDelay after each flush (see
+// ClientOptions.MaxFlushDelay): chosen with the benchmark harness, where
+// 16 callers made the most decisions without the wait and 64 with it.
+const CrowdCalls = 32
+
 // ClientOptions tunes NewClient. The zero value of each field means its
 // documented default; a value set in the URL's query (dial_timeout=...,
 // write_timeout=...) is used when the field is zero.
@@ -50,13 +56,15 @@ type ClientOptions struct {
 	// DefaultKeepAlive.
 	KeepAlive time.Duration
 	// MaxFlushDelay is how long, at most, a connection's writer waits after
-	// each flush to gather more commands into the next one, when more than
-	// one call is in flight (rueidis.ClientOption.MaxFlushDelay; a lone
-	// caller is never delayed). Fewer, larger writes mean fewer system calls
-	// on both ends: with 64 callers on 2 cores, 20 µs and one connection
-	// (PipelineMultiplex 0) halved the client's CPU per decision and raised
-	// decisions/s by a third to a half. 0 means DefaultMaxFlushDelay; a
-	// negative value means no wait (rueidis's own default).
+	// each flush to gather more commands into the next one, when at least
+	// CrowdCalls Run calls are in flight on a Store (rueidis.ClientOption.
+	// MaxFlushDelay; fewer calls go on a connection that never waits).
+	// Fewer, larger writes mean fewer system calls on both ends: with 64
+	// callers on 2 cores, 20 µs and one connection (PipelineMultiplex 0)
+	// halved the client's CPU per decision and raised decisions/s by a third
+	// to a half; with 16 callers the wait cost more than it saved (no wait
+	// made 1.1–1.3× the decisions). 0 means DefaultMaxFlushDelay; a negative
+	// value means no wait at any concurrency (rueidis's own default).
 	MaxFlushDelay time.Duration
 	// PipelineMultiplex sets the pipelined connections per node to
 	// 2^PipelineMultiplex (rueidis.ClientOption.PipelineMultiplex). 0 means
@@ -88,8 +96,9 @@ type ClientOptions struct {
 // a server close it, so after a Redis restart the first call already uses a
 // new connection instead of failing on the dead one. Each new connection must
 // answer a PING before rueidis gets it (see probing). Beside it, the client
-// holds a second one, unpipelined, for the Run calls a Store makes while no
-// other is in flight (see Store); Close closes both.
+// holds an unpipelined one for the Run calls a Store makes while no other is
+// in flight, and a pipelined one without MaxFlushDelay for those made while
+// fewer than CrowdCalls are (see Store); Close closes them all.
 //
 // A single-node client does not need Redis up to be created: rueidis dials at
 // once, but NewClient ignores that first failure (bounded by DialTimeout)
@@ -129,6 +138,15 @@ func NewClient(rawURL string, o ClientOptions) (rueidis.Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	var quick rueidis.Client // pipelined, never waiting: fewer calls in flight
+	if co.MaxFlushDelay > 0 {
+		qo := co
+		qo.MaxFlushDelay = 0
+		if quick, err = newClient(qo, single); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
 	// The lone calls' client: a pooled connection per call in flight,
 	// each checked before use after an idle spell (checkedConn); idle
 	// ones are closed every second.
@@ -140,9 +158,12 @@ func NewClient(rawURL string, o ClientOptions) (rueidis.Client, error) {
 	lone, err := newClient(lo, single)
 	if err != nil {
 		c.Close()
+		if quick != nil {
+			quick.Close()
+		}
 		return nil, err
 	}
-	return &client{Client: c, lone: lone}, nil
+	return &client{Client: c, lone: lone, quick: quick}, nil
 }
 
 // newClient is rueidis.NewClient. A single-node client is returned even
@@ -161,17 +182,22 @@ func newClient(co rueidis.ClientOption, single bool) (rueidis.Client, error) {
 }
 
 // client is the rueidis.Client NewClient returns: the shared, pipelined
-// client, which serves every call made on it, and beside it the client of
-// a Store's lone Run calls (see Store).
+// client, which serves every call made on it and a Store's Run calls when
+// CrowdCalls or more are in flight, and beside it the clients of a Store's
+// lone Run calls and of its other ones (see Store).
 type client struct {
 	rueidis.Client
-	lone rueidis.Client
+	lone  rueidis.Client
+	quick rueidis.Client // nil without a MaxFlushDelay
 }
 
-// Close closes both clients.
+// Close closes the clients.
 func (c *client) Close() {
 	c.Client.Close()
 	c.lone.Close()
+	if c.quick != nil {
+		c.quick.Close()
+	}
 }
 
 // pick returns the first positive duration.

@@ -22,15 +22,18 @@ import (
 //
 // On a client from NewClient, a Run call made while no other is in flight
 // on the Store is written and read on the caller's goroutine, on a pooled
-// connection of its own; a call made while others are in flight goes on the
-// client's shared, automatically pipelined connection, with them. A lone
-// caller so waits for its round trip only, not for the hand-offs to and
-// from the pipeline's writer and reader goroutines, and concurrent callers
-// keep sharing writes and reads. On another client every call goes as that
-// client sends it.
+// connection of its own; a call made while others are in flight goes on an
+// automatically pipelined connection, with them: one whose writer never
+// waits for more calls while fewer than CrowdCalls are in flight, the one
+// that waits MaxFlushDelay after each flush from then on. A lone caller so
+// waits for its round trip only, not for the hand-offs to and from a
+// pipeline's writer and reader goroutines; a few callers are not held up
+// by a flush delay, and many share the fewest writes and reads. On
+// another client every call goes as that client sends it.
 type Store struct {
 	c        rueidis.Client
 	lone     rueidis.Client // nil unless c is NewClient's
+	quick    rueidis.Client // nil unless c is NewClient's, with a MaxFlushDelay
 	inflight atomic.Int64   // Run calls in flight
 }
 
@@ -51,7 +54,7 @@ var (
 func New(c rueidis.Client) *Store {
 	s := &Store{c: c}
 	if cl, ok := c.(*client); ok {
-		s.lone = cl.lone
+		s.lone, s.quick = cl.lone, cl.quick
 	}
 	return s
 }
@@ -69,7 +72,8 @@ func (s *Store) Run(ctx context.Context, sc *driver.Script, keys, args []string)
 		return nil, core.ErrNilContext
 	}
 	c := s.c
-	if s.inflight.Add(1) == 1 && s.lone != nil {
+	switch n := s.inflight.Add(1); {
+	case n == 1 && s.lone != nil:
 		c = s.lone
 		if _, ok := ctx.Deadline(); !ok {
 			// rueidis runs a call on the caller's goroutine only when
@@ -85,6 +89,8 @@ func (s *Store) Run(ctx context.Context, sc *driver.Script, keys, args []string)
 			}
 			ctx = context.WithoutCancel(ctx)
 		}
+	case n < CrowdCalls && s.quick != nil:
+		c = s.quick
 	}
 	defer s.inflight.Add(-1)
 	res := s.do(ctx, c, c.B().Evalsha().Sha1(sc.SHA1()).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())

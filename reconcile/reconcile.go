@@ -1,6 +1,6 @@
 // Package reconcile folds the grants an instance made during a Redis outage
-// back into Redis, exactly once: one atomic script per key and batch, which
-// marks the batch applied (SET NX with a TTL) in the same call. The script
+// back into Redis, exactly once: one atomic script run per key and batch,
+// which marks the batch applied (SET NX with a TTL) in the same run. The script
 // is the algorithm's own (core.Replayer, next to its decision script); this
 // package chooses the marker and merge-log keys and sends the calls. What
 // the two built-in algorithms do:
@@ -20,7 +20,8 @@
 // Batches whose keys share a Redis Cluster hash slot go several to a call
 // (core.MultiReplayer: each batch's own script, run once per batch in one
 // call, so each checks its marker first and sets it last as it would
-// alone), and the calls are sent concurrently (pipelined by the client).
+// alone), and the calls are sent concurrently (pipelined by the client,
+// in chunks of its own size).
 //
 // What a replay costs is the script's work per key, not the call: on one
 // local Redis 7.0 (go test -bench BenchmarkReconcile ./reconcile, 100k

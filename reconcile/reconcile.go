@@ -1,7 +1,7 @@
 // Package reconcile folds the grants an instance made during a Redis outage
 // back into Redis, exactly once: one atomic script run per key and batch,
 // which marks the batch applied (SET NX with a TTL) in the same run. The script
-// is the algorithm's own (core.Replayer, next to its decision script); this
+// is the algorithm's own (driver.Replayer, next to its decision script); this
 // package chooses the marker and merge-log keys and sends the calls. What
 // the two built-in algorithms do:
 //
@@ -18,7 +18,7 @@
 // replay adds nothing twice; units already outside the window are skipped.
 //
 // Batches whose keys share a Redis Cluster hash slot go several to a call
-// (core.MultiReplayer: each batch's own script, run once per batch in one
+// (driver.MultiReplayer: each batch's own script, run once per batch in one
 // call, so each checks its marker first and sets it last as it would
 // alone), and the calls are sent concurrently (pipelined by the client,
 // in chunks of its own size).
@@ -41,6 +41,7 @@ import (
 	"time"
 
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
 )
 
 // ErrUnknownAlgorithm reports a batch whose policy has no replay script.
@@ -83,7 +84,7 @@ type Reconciler struct {
 	o Options
 }
 
-var _ core.Reconciler = (*Reconciler)(nil)
+var _ driver.Reconciler = (*Reconciler)(nil)
 
 // New returns a Reconciler.
 func New(o Options) *Reconciler {
@@ -115,13 +116,13 @@ func MergeKey(key string) string { return key + ":rl" }
 // It shares key's hash tag, so both live in one Redis Cluster slot.
 func MarkerKey(key, id string) string { return key + ":rb:" + id }
 
-// Reconcile applies each batch once; see core.Reconciler. Batches of an
-// algorithm that is a core.MultiReplayer go several to a call: those whose
+// Reconcile applies each batch once; see driver.Reconciler. Batches of an
+// algorithm that is a driver.MultiReplayer go several to a call: those whose
 // keys share a hash slot, up to MultiBatches batches and MultiArgs
-// arguments a call. A store that pipelines (core.Pipeliner) gets all calls
+// arguments a call. A store that pipelines (driver.Pipeliner) gets all calls
 // in one RunMany, which it sends in pipelines of its own size; others get
 // Concurrency calls in flight.
-func (r *Reconciler) Reconcile(ctx context.Context, store core.Store, batches []core.Batch) []error {
+func (r *Reconciler) Reconcile(ctx context.Context, store driver.Store, batches []driver.Batch) []error {
 	errs := make([]error, len(batches))
 	units := r.plan(batches, errs)
 	alone := r.send(ctx, store, batches, units, errs)
@@ -144,7 +145,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, store core.Store, batches []
 // A unit is one script call: one batch's own call, or a multi-batch call
 // of several (multi true).
 type unit struct {
-	call    core.Call
+	call    driver.Call
 	batches []int
 	multi   bool
 }
@@ -152,18 +153,18 @@ type unit struct {
 // group names the batches that may share a multi-batch call: one script,
 // one hash slot.
 type group struct {
-	script *core.Script
+	script *driver.Script
 	slot   int
 }
 
 // plan returns the calls that replay batches: a multi-batch call for the
 // batches of one group, up to the bounds of a call, and a call of its own
 // for every other batch. A batch that cannot be replayed gets its error.
-func (r *Reconciler) plan(batches []core.Batch, errs []error) []unit {
+func (r *Reconciler) plan(batches []driver.Batch, errs []error) []unit {
 	units := make([]unit, 0, len(batches))
-	parts := make([][]core.Call, 0) // each multi unit's calls, by unit
-	open := map[group]int{}         // the unit a group is filling
-	weight := make([]int, 0)        // each multi unit's keys and arguments
+	parts := make([][]driver.Call, 0) // each multi unit's calls, by unit
+	open := map[group]int{}           // the unit a group is filling
+	weight := make([]int, 0)          // each multi unit's keys and arguments
 	for i := range batches {
 		b := &batches[i]
 		c, err := r.call(b)
@@ -171,22 +172,22 @@ func (r *Reconciler) plan(batches []core.Batch, errs []error) []unit {
 			errs[i] = err
 			continue
 		}
-		mr, ok := b.Policy.Algorithm().(core.MultiReplayer)
+		mr, ok := b.Policy.Algorithm().(driver.MultiReplayer)
 		w := len(c.Keys) + len(c.Args) + 2
 		if !ok || r.o.MultiBatches == 1 || w > r.o.MultiArgs/2 {
 			units = append(units, unit{call: c, batches: []int{i}})
 			parts, weight = append(parts, nil), append(weight, 0)
 			continue
 		}
-		g := group{script: mr.MultiReplayScript(), slot: core.HashSlot(b.Key)}
+		g := group{script: mr.MultiReplayScript(), slot: driver.HashSlot(b.Key)}
 		if u, ok := open[g]; ok && len(units[u].batches) < r.o.MultiBatches && weight[u]+w <= r.o.MultiArgs {
 			units[u].batches = append(units[u].batches, i)
 			parts[u], weight[u] = append(parts[u], c), weight[u]+w
 			continue
 		}
 		open[g] = len(units)
-		units = append(units, unit{call: core.Call{Script: g.script}, batches: []int{i}, multi: true})
-		parts, weight = append(parts, []core.Call{c}), append(weight, w)
+		units = append(units, unit{call: driver.Call{Script: g.script}, batches: []int{i}, multi: true})
+		parts, weight = append(parts, []driver.Call{c}), append(weight, w)
 	}
 	for u := range units {
 		switch {
@@ -195,7 +196,7 @@ func (r *Reconciler) plan(batches []core.Batch, errs []error) []unit {
 			// One batch: its own call, without the loop's arguments.
 			units[u].call, units[u].multi = parts[u][0], false
 		default:
-			units[u].call = core.MultiCall(units[u].call.Script, parts[u])
+			units[u].call = driver.MultiCall(units[u].call.Script, parts[u])
 		}
 	}
 	return units
@@ -203,10 +204,10 @@ func (r *Reconciler) plan(batches []core.Batch, errs []error) []unit {
 
 // send runs the units' calls and records each batch's outcome in errs. It
 // returns the batches to send again on their own.
-func (r *Reconciler) send(ctx context.Context, store core.Store, batches []core.Batch, units []unit, errs []error) (alone []int) {
-	results := make([]core.CallResult, len(units))
-	if pl, ok := store.(core.Pipeliner); ok && len(units) > 1 {
-		calls := make([]core.Call, len(units))
+func (r *Reconciler) send(ctx context.Context, store driver.Store, batches []driver.Batch, units []unit, errs []error) (alone []int) {
+	results := make([]driver.CallResult, len(units))
+	if pl, ok := store.(driver.Pipeliner); ok && len(units) > 1 {
+		calls := make([]driver.Call, len(units))
 		n := 0
 		for u := range units {
 			calls[u] = units[u].call
@@ -240,7 +241,7 @@ func (r *Reconciler) send(ctx context.Context, store core.Store, batches []core.
 
 // outcome records the outcome res of unit u's call in errs, and returns the
 // batches to send again on their own.
-func (r *Reconciler) outcome(batches []core.Batch, u *unit, res core.CallResult, errs []error) (alone []int) {
+func (r *Reconciler) outcome(batches []driver.Batch, u *unit, res driver.CallResult, errs []error) (alone []int) {
 	if !u.multi {
 		i := u.batches[0]
 		errs[i] = check(&batches[i], res.Reply, res.Err)
@@ -258,11 +259,11 @@ func (r *Reconciler) outcome(batches []core.Batch, u *unit, res core.CallResult,
 		}
 		return nil
 	}
-	replies, ok := core.SplitReply(res.Reply, len(u.batches))
+	replies, ok := driver.SplitReply(res.Reply, len(u.batches))
 	for j, i := range u.batches {
 		switch {
 		case !ok:
-			errs[i] = core.Errorf(core.ErrMalformedReply, "reconcile batch %s: multi-batch reply %v", batches[i].ID, res.Reply)
+			errs[i] = driver.Errorf(core.ErrMalformedReply, "reconcile batch %s: multi-batch reply %v", batches[i].ID, res.Reply)
 		case replies[j] == nil:
 			alone = append(alone, i)
 		default:
@@ -274,28 +275,28 @@ func (r *Reconciler) outcome(batches []core.Batch, u *unit, res core.CallResult,
 
 // check turns a batch's reply into its acknowledgement. A reply of "applied
 // before" is an acknowledgement too: an earlier attempt counted the batch.
-func check(b *core.Batch, reply []int64, err error) error {
+func check(b *driver.Batch, reply []int64, err error) error {
 	if err != nil {
 		return fmt.Errorf("reconcile batch %s: %w", b.ID, err)
 	}
 	if len(reply) < 2 || (reply[0] != 0 && reply[0] != 1) {
-		return core.Errorf(core.ErrMalformedReply, "reconcile batch %s: reply %v", b.ID, reply)
+		return driver.Errorf(core.ErrMalformedReply, "reconcile batch %s: reply %v", b.ID, reply)
 	}
 	return nil
 }
 
 // call builds the script call that replays batch b: its algorithm's
-// (core.Replayer), with the marker and merge-log keys of this package.
-func (r *Reconciler) call(b *core.Batch) (core.Call, error) {
+// (driver.Replayer), with the marker and merge-log keys of this package.
+func (r *Reconciler) call(b *driver.Batch) (driver.Call, error) {
 	p := b.Policy
 	if !p.Valid() {
-		return core.Call{}, core.Errorf(core.ErrInvalidPolicy, "batch %s has a zero policy", b.ID)
+		return driver.Call{}, driver.Errorf(core.ErrInvalidPolicy, "batch %s has a zero policy", b.ID)
 	}
-	rp, ok := p.Algorithm().(core.Replayer)
+	rp, ok := p.Algorithm().(driver.Replayer)
 	if !ok {
-		return core.Call{}, fmt.Errorf("%w %q (batch %s)", ErrUnknownAlgorithm, p.Algorithm().Name(), b.ID)
+		return driver.Call{}, fmt.Errorf("%w %q (batch %s)", ErrUnknownAlgorithm, p.Algorithm().Name(), b.ID)
 	}
-	return rp.ReplayCall(b, core.ReplayOptions{
+	return rp.ReplayCall(b, driver.ReplayOptions{
 		MarkerKey: MarkerKey(b.Key, b.ID), MarkerTTL: r.o.MarkerTTL,
 		MergeKey: MergeKey(b.Key), MergeWindow: r.o.MergeWindow,
 	}), nil

@@ -305,19 +305,27 @@ func TestSFString(t *testing.T) {
 	}
 }
 
-// TestMemoryLimiter drives a real core.Limiter over the memory store: a
-// bucket of 20 admits exactly 20 of 25 requests at one instant.
-func TestMemoryLimiter(t *testing.T) {
+// frozenLimiter is a core.Limiter over a memory store whose clock stands
+// still.
+func frozenLimiter(t *testing.T) *core.Limiter {
+	t.Helper()
 	now := time.Unix(1_700_000_000, 0)
 	store, err := memory.New(memory.Options{Clock: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer store.Close()
+	t.Cleanup(store.Close)
 	lim, err := core.NewLimiter(store, core.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return lim
+}
+
+// TestMemoryLimiter drives a real core.Limiter over the memory store: a
+// bucket of 20 admits exactly 20 of 25 requests at one instant.
+func TestMemoryLimiter(t *testing.T) {
+	lim := frozenLimiter(t)
 	h := New(lim, Rule{Policy: mustTB(t, "tb", 20, 5), Key: headerKey(t)})(http.HandlerFunc(AllowedJSON))
 	for i := 1; i <= 25; i++ {
 		w := do(h, "client-42")
@@ -348,16 +356,7 @@ func ceil(a, b int) int { return (a + b - 1) / b }
 // route on the bucket alone admits 2 more); the header fields list both
 // policies, Retry-After is the window's.
 func TestAlso(t *testing.T) {
-	now := time.Unix(1_700_000_000, 0)
-	store, err := memory.New(memory.Options{Clock: func() time.Time { return now }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	lim, err := core.NewLimiter(store, core.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	lim := frozenLimiter(t)
 	tb, sw := mustTB(t, "tb", 5, 1), mustSW(t, "sw", 3, time.Minute)
 	h := New(lim, Rule{Policy: tb, Also: []core.Policy{sw}, Key: headerKey(t)}, WithXRateLimit())(http.HandlerFunc(AllowedJSON))
 	for i := 1; i <= 6; i++ {

@@ -25,12 +25,14 @@ fuzz:
 
 # The benchmark harness (bench/, its own module so the peers it measures never
 # become dependencies of the library): vet and smoke-test it, then run it and
-# write BENCHMARKS.md. About 8 minutes; BENCHFLAGS=-quick for a 1-minute smoke
+# write BENCHMARKS.md, then Envoy's rate limit service against HTTP
+# (scripts/bench-rls.sh). About 16 minutes; BENCHFLAGS=-quick for a 1-minute smoke
 # run (see `cd bench && go run ./cmd/bench -h`).
 BENCHFLAGS ?=
 bench: deps
 	cd bench && $(GO) vet ./... && $(GO) test -count=1 ./...
 	cd bench && $(GO) run ./cmd/bench $(BENCHFLAGS) -out ../BENCHMARKS.md
+	bash scripts/bench-rls.sh >> BENCHMARKS.md
 
 lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

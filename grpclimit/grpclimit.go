@@ -106,6 +106,14 @@ type Rule struct {
 	// Outage decides a call whose limiter returned a store error; the
 	// zero value is FailOpen.
 	Outage Outage
+	// Also are further policies charged with Policy, for the same key and
+	// cost, all or nothing (core.MultiDecider.AllowAll): a call is
+	// admitted only if every policy admits it, and one denied by any
+	// spends none of the others. The Limiter must be a core.MultiDecider.
+	// The metadata lists every policy; RetryInfo and FromContext give the
+	// first denying policy's decision, or on admission the decision with
+	// the least remaining.
+	Also []core.Policy
 }
 
 // Outage is what the interceptor does with a call its limiter could not
@@ -248,6 +256,13 @@ func newInterceptor(l Limiter, rules Rules, opts []Option) *interceptor {
 			panic("grpclimit: rule " + name + ": Key is nil")
 		case !rule.Policy.Valid():
 			panic("grpclimit: rule " + name + ": Policy is the zero Policy")
+		case len(rule.Also) > 0 && !isMulti(l):
+			panic("grpclimit: rule " + name + ": Also needs a Limiter that is a core.MultiDecider")
+		}
+		for _, p := range rule.Also {
+			if !p.Valid() {
+				panic("grpclimit: rule " + name + ": Also holds the zero Policy")
+			}
 		}
 		svc, method, ok := strings.Cut(strings.TrimPrefix(name, "/"), "/")
 		switch {
@@ -302,22 +317,77 @@ func (x *interceptor) decide(ctx context.Context, fullMethod string, req any, se
 	if err != nil {
 		return nil, x.fail(ctx, rule, fullMethod, err)
 	}
-	res, err := x.lim.AllowN(ctx, rule.Policy, key, cost)
-	if err != nil {
-		if res, err = x.outage(ctx, rule, fullMethod, err); err != nil {
-			return nil, x.fail(ctx, rule, fullMethod, err)
+	ps := append([]core.Policy{rule.Policy}, rule.Also...)
+	var rs []core.Result
+	if len(ps) == 1 {
+		res, err := x.lim.AllowN(ctx, rule.Policy, key, cost)
+		rs = []core.Result{res}
+		if err != nil {
+			rs = nil
+			err = x.undecided(ctx, rule, fullMethod, err, ps, &rs)
+		}
+		if err != nil {
+			return nil, err
+		}
+	} else {
+		reqs := make([]core.Request, len(ps))
+		for i, p := range ps {
+			reqs[i] = core.Request{Policy: p, Key: key, Cost: cost}
+		}
+		var err error
+		if rs, err = x.lim.(core.MultiDecider).AllowAll(ctx, reqs...); err != nil {
+			if err = x.undecided(ctx, rule, fullMethod, err, ps, &rs); err != nil {
+				return nil, err
+			}
 		}
 	}
-	policy, rateLimit, retry := httplimit.Fields(rule.Policy, res)
-	md := metadata.MD{MDPolicy: {policy}, MDRateLimit: {rateLimit}}
-	if retry != "" {
-		md[MDRetryAfter] = []string{retry}
+	pick := 0
+	if d := core.Denied(rs); d >= 0 {
+		pick = d
+	} else {
+		for i := range rs {
+			if rs[i].Remaining < rs[pick].Remaining {
+				pick = i
+			}
+		}
+	}
+	md := metadata.MD{}
+	for i, p := range ps {
+		policy, rateLimit, retry := httplimit.Fields(p, rs[i])
+		md.Append(MDPolicy, policy)
+		md.Append(MDRateLimit, rateLimit)
+		if i == pick && retry != "" {
+			md[MDRetryAfter] = []string{retry}
+		}
 	}
 	setHeader(md) // fails only outside a gRPC server: nothing to send to
+	res := rs[pick]
 	if !res.Allowed {
-		return nil, denied(rule, res)
+		return nil, denied(ps[pick], res)
 	}
 	return context.WithValue(ctx, ctxKey{}, res), nil
+}
+
+// undecided turns a store error on a call limited by policies ps into the
+// rule's Outage decision for each of them, in *rs; any other error ends
+// the call.
+func (x *interceptor) undecided(ctx context.Context, rule Rule, fullMethod string, err error, ps []core.Policy, rs *[]core.Result) error {
+	res, err := x.outage(ctx, rule, fullMethod, err)
+	if err != nil {
+		return x.fail(ctx, rule, fullMethod, err)
+	}
+	*rs = make([]core.Result, len(ps))
+	for i, p := range ps {
+		(*rs)[i] = core.OutageResult(p.Limit(), rule.Outage == FailClosed)
+		(*rs)[i].RetryAfter = res.RetryAfter
+	}
+	return nil
+}
+
+// isMulti reports whether l charges several limits at once.
+func isMulti(l Limiter) bool {
+	_, ok := l.(core.MultiDecider)
+	return ok
 }
 
 // request returns the call's client key, made safe by httplimit.SafeKey,
@@ -335,17 +405,18 @@ func request(ctx context.Context, rule Rule, fullMethod string, req any) (string
 		if cost, err = rule.Cost(ctx, fullMethod, req); err != nil {
 			return "", 0, err
 		}
-		p := rule.Policy
-		if cost < 1 || cost > p.Limit() {
-			return "", 0, &httplimit.ClientError{Reason: fmt.Sprintf("call costs %d; policy %s admits costs from 1 to %d", cost, p.Name(), p.Limit())}
+		for _, p := range append([]core.Policy{rule.Policy}, rule.Also...) {
+			if cost < 1 || cost > p.Limit() {
+				return "", 0, &httplimit.ClientError{Reason: fmt.Sprintf("call costs %d; policy %s admits costs from 1 to %d", cost, p.Name(), p.Limit())}
+			}
 		}
 	}
 	return httplimit.SafeKey(key), cost, nil
 }
 
 // denied returns the status of a denial: ResourceExhausted with RetryInfo.
-func denied(rule Rule, res core.Result) error {
-	msg := fmt.Sprintf("rate limited by policy %q", rule.Policy.Name())
+func denied(p core.Policy, res core.Result) error {
+	msg := fmt.Sprintf("rate limited by policy %q", p.Name())
 	if res.Mode == core.ModeFailClosed {
 		msg += " (limiter unavailable, failing closed)"
 	}

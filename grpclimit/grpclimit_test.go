@@ -70,6 +70,11 @@ func (r *recorder) AllowN(ctx context.Context, p core.Policy, key string, cost i
 	return r.Limiter.AllowN(ctx, p, key, cost)
 }
 
+// AllowAll passes several limits on, when the limiter charges them.
+func (r *recorder) AllowAll(ctx context.Context, reqs ...core.Request) ([]core.Result, error) {
+	return r.Limiter.(core.MultiDecider).AllowAll(ctx, reqs...)
+}
+
 func (r *recorder) calls() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -657,4 +662,38 @@ func TestPanics(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestAlso: a method limited by a bucket of 3 (1/s) and one of 2 (2 a
+// day), charged together: 2 calls admitted, then the daily one denies
+// and the per-second one is not spent by the denials, as a method on the
+// per-second bucket alone shows (1 left of 3). The metadata lists both
+// policies; RetryInfo and retry-after are the daily one's.
+func TestAlso(t *testing.T) {
+	h := newHarness(t)
+	sec, day := policy(t, "sec", 3, 1), policy(t, "day", 2, 2.0/86400)
+	c := h.serve(t, grpclimit.Rules{
+		check:                          {Policy: sec, Also: []core.Policy{day}, Key: grpclimit.Metadata("X-Client-ID")},
+		"/grpc.health.v1.Health/Watch": {Policy: sec, Key: grpclimit.Metadata("X-Client-ID")},
+	})
+	want := []string{
+		`OK "" retry=- | "sec";q=3;w=3,"day";q=2;w=86400 | "sec";r=2;t=1,"day";r=1;t=43200 | `,
+		`OK "" retry=- | "sec";q=3;w=3,"day";q=2;w=86400 | "sec";r=1;t=2,"day";r=0;t=86400 | `,
+		`ResourceExhausted "rate limited by policy \"day\"" retry=12h0m0s | "sec";q=3;w=3,"day";q=2;w=86400 | "sec";r=0;t=3,"day";r=0;t=43200 | 43200`,
+		`ResourceExhausted "rate limited by policy \"day\"" retry=12h0m0s | "sec";q=3;w=3,"day";q=2;w=86400 | "sec";r=0;t=3,"day";r=0;t=43200 | 43200`,
+	}
+	for i, w := range want {
+		compare(t, fmt.Sprint("call ", i+1), checkCall(c, withKey("client-a"), ""), w)
+	}
+	// The per-second bucket was spent by the 2 admitted calls only.
+	compare(t, "sec alone", watchCall(c, withKey("client-a")), `OK "" retry=- | "sec";q=3;w=3 | "sec";r=0;t=3 | `)
+	if n := h.handled.Load(); n != 3 {
+		t.Errorf("handler ran %d times, want 3", n)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("Also over a Limiter that is not a MultiDecider did not panic")
+		}
+	}()
+	grpclimit.UnaryServerInterceptor(limiterFunc(nil), grpclimit.Rules{check: {Policy: sec, Also: []core.Policy{day}, Key: grpclimit.Metadata("X-Client-ID")}})
 }

@@ -226,3 +226,16 @@ func TestSharedStoreModeIsRedis(t *testing.T) {
 		t.Fatalf("%+v %v, want allowed, 4 left, mode redis", r, err)
 	}
 }
+
+// TestGoverning: the first denial speaks for an AllowAll, else the
+// admission with the least remaining.
+func TestGoverning(t *testing.T) {
+	rs := []core.Result{{Allowed: true, Remaining: 5}, {Allowed: true, Remaining: 2}, {Allowed: true, Remaining: 3}}
+	if g := core.Governing(rs); g != 1 {
+		t.Fatalf("all admitted: %d, want 1 (2 left)", g)
+	}
+	rs[2].Allowed, rs[0].Allowed = false, false
+	if g := core.Governing(rs); g != 0 {
+		t.Fatalf("two denials: %d, want the first, 0", g)
+	}
+}

@@ -73,6 +73,23 @@ func Denied(rs []Result) int {
 	return -1
 }
 
+// Governing returns the index of the Result that speaks for an AllowAll
+// to a client (its Retry-After, its X-RateLimit fields): the first that
+// denies, or when all admit the one with the least remaining. rs must not
+// be empty.
+func Governing(rs []Result) int {
+	if d := Denied(rs); d >= 0 {
+		return d
+	}
+	g := 0
+	for i := range rs {
+		if rs[i].Remaining < rs[g].Remaining {
+			g = i
+		}
+	}
+	return g
+}
+
 // A MultiDecider charges several limits at once, all or nothing, as
 // Limiter and fallback.Limiter do.
 type MultiDecider interface {

@@ -957,10 +957,8 @@ func (l *cell) restore(st *jstate, dropped int) jrestored {
 		ks := k.ks
 		if ks.lease != nil {
 			// The mirror keeps its own: the live one gets a copy.
-			if lr, ok := k.p.Algorithm().(driver.Leaser); ok {
-				if l, err := lr.LoadLease(k.p, ks.lease.AppendBinary(nil)); err == nil {
-					ks.lease = l
-				}
+			if c := cloneLease(k.p, ks.lease); c != nil {
+				ks.lease = c
 			}
 		}
 		// Kept for as long as a lease or known state can matter: twice the

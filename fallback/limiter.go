@@ -605,6 +605,16 @@ func (l *cell) decide(ctx context.Context, p core.Policy, key string, cost int64
 	return l.local(ctx, p, key, cost, id)
 }
 
+// deadline is the deadline argument (driver.DeadlineArg) of a call sent at
+// start with timeout, in Redis time; ok is false until a reply has told
+// the clock offset.
+func (l *cell) deadline(start time.Time, timeout time.Duration) (string, bool) {
+	if !l.offsetKnown.Load() {
+		return "", false
+	}
+	return driver.DeadlineArg(start.UnixMicro() + timeout.Microseconds() + l.offset.Load()), true
+}
+
 // remote decides through the store under the breaker's call deadline,
 // which the call carries in Redis time once the clock offset is known.
 func (l *cell) remote(ctx context.Context, gen uint64, p core.Policy, key string, cost int64, id string) (core.Result, driver.Reply, error) {
@@ -613,8 +623,8 @@ func (l *cell) remote(ctx context.Context, gen uint64, p core.Policy, key string
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	start := l.o.Clock()
 	args := p.Algorithm().Args(p, cost, id, 0)
-	if l.offsetKnown.Load() {
-		args = append(args, driver.DeadlineArg(start.UnixMicro()+timeout.Microseconds()+l.offset.Load()))
+	if d, ok := l.deadline(start, timeout); ok {
+		args = append(args, d)
 	}
 	raw, err := l.store.Run(cctx, p.Algorithm().Script(), []string{skey}, args)
 	took := l.o.Clock().Sub(start)

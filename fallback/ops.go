@@ -36,8 +36,8 @@ func (l *cell) call(ctx context.Context, gen uint64, sc *driver.Script, keys, ar
 	timeout := l.breaker.CallTimeout()
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	start := l.o.Clock()
-	if sc.Guarded() && l.offsetKnown.Load() {
-		args = append(args[:len(args):len(args)], driver.DeadlineArg(start.UnixMicro()+timeout.Microseconds()+l.offset.Load()))
+	if d, ok := l.deadline(start, timeout); ok && sc.Guarded() {
+		args = append(args[:len(args):len(args)], d)
 	}
 	raw, err := l.store.Run(cctx, sc, keys, args)
 	took := l.o.Clock().Sub(start)
@@ -387,10 +387,7 @@ func (l *Limiter) allowAllPipelined(ctx context.Context, reqs []core.Request) ([
 	skeys := make([]string, n)
 	timeout := c.breaker.CallTimeout()
 	start := c.o.Clock()
-	var deadline string
-	if c.offsetKnown.Load() {
-		deadline = driver.DeadlineArg(start.UnixMicro() + timeout.Microseconds() + c.offset.Load())
-	}
+	deadline, hasDeadline := c.deadline(start, timeout)
 	for i, q := range reqs {
 		alg := q.Policy.Algorithm()
 		ch[i].cell = c
@@ -398,7 +395,7 @@ func (l *Limiter) allowAllPipelined(ctx context.Context, reqs []core.Request) ([
 			ch[i].id = c.o.NewID()
 		}
 		args := alg.Args(q.Policy, q.Units(), ch[i].id, 0)
-		if deadline != "" {
+		if hasDeadline {
 			args = append(args, deadline)
 		}
 		skeys[i] = driver.StorageKey(c.o.Prefix, q.Policy.Name(), q.Key)

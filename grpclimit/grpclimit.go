@@ -341,16 +341,7 @@ func (x *interceptor) decide(ctx context.Context, fullMethod string, req any, se
 			}
 		}
 	}
-	pick := 0
-	if d := core.Denied(rs); d >= 0 {
-		pick = d
-	} else {
-		for i := range rs {
-			if rs[i].Remaining < rs[pick].Remaining {
-				pick = i
-			}
-		}
-	}
+	pick := core.Governing(rs)
 	md := metadata.MD{}
 	for i, p := range ps {
 		policy, rateLimit, retry := httplimit.Fields(p, rs[i])

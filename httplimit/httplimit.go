@@ -289,16 +289,7 @@ func (m *middleware) decideAll(h http.Header, r *http.Request, key string, cost 
 			rs[i].Limit, rs[i].Remaining = p.Limit(), min(res.Remaining, p.Limit())
 		}
 	}
-	pick := 0
-	if d := core.Denied(rs); d >= 0 {
-		pick = d
-	} else {
-		for i := range rs {
-			if rs[i].Remaining < rs[pick].Remaining {
-				pick = i
-			}
-		}
-	}
+	pick := core.Governing(rs)
 	for i, p := range ps {
 		if i == pick {
 			m.setHeaders(h, p, rs[i])

@@ -18,7 +18,7 @@ import (
 // run (the README quotes it).
 const ACL = "on >s3cret resetkeys ~hf:* resetchannels -@all " +
 	"+hello +auth +ping +eval +evalsha +script|load " +
-	"+time +hmget +pexpire +zremrangebyscore +zcard +zrange +zadd +zrem +set +get +exists +lrange +rpush +pttl +del"
+	"+time +hmget +pexpire +zremrangebyscore +zcard +zrange +zadd +zrem +set +get +hset +pttl +del"
 
 // TestACLUser runs the whole fallback path — decisions, membership, an
 // outage, replay, the recovery barrier — as a Redis user allowed only the

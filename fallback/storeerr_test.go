@@ -307,7 +307,7 @@ func TestReplayRefusedGoesBackToOpen(t *testing.T) {
 	// The bucket's credit, Redis time minus the stored zero-credit instant,
 	// is within one token of zero: counted twice it would be 6 tokens
 	// (6000 s) in debt.
-	e, err := strconv.ParseInt(srv.Do(t, "GET", driver.StorageKey(core.DefaultPrefix, "tb", "k")), 10, 64)
+	e, err := tokenbucket.ParseStored(srv.Do(t, "GET", driver.StorageKey(core.DefaultPrefix, "tb", "k")))
 	if err != nil {
 		t.Fatal(err)
 	}

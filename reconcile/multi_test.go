@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -21,12 +22,13 @@ import (
 
 // modes are the two ways the replay tests send their batches: each in a
 // call of its own, and batched, each with a companion batch of the same
-// hash slot, so that the two go in one multi-batch call.
+// instance (a batch id of the same run of sequence numbers) and hash slot,
+// so that the two go in one call.
 var modes = []string{"alone", "batched"}
 
 // reconcileIn reconciles batches as mode says and returns each batch's
 // outcome (a batch whose companion failed reports that failure too). In
-// the batched mode it checks that a multi-batch script ran.
+// the batched mode it checks that a call applied several batches.
 func reconcileIn(t *testing.T, mode string, r *reconcile.Reconciler, store driver.Store, batches []driver.Batch) []error {
 	t.Helper()
 	if mode == "alone" {
@@ -34,9 +36,10 @@ func reconcileIn(t *testing.T, mode string, r *reconcile.Reconciler, store drive
 	}
 	all := append([]driver.Batch(nil), batches...)
 	for _, b := range batches {
-		// The companion's key has the batch's hash tag, so its slot.
+		// The companion's key has the batch's prefix and hash tag, so its
+		// slot.
 		c := b
-		c.ID, c.Key = "companion-"+b.ID, "companion:"+b.Key
+		c.ID, c.Key = companionID(t, b.ID), b.Key+":companion"
 		c.Grants = append([]driver.Grant(nil), b.Grants...)
 		for i := range c.Grants {
 			c.Grants[i].ID = "companion-" + c.Grants[i].ID
@@ -45,8 +48,8 @@ func reconcileIn(t *testing.T, mode string, r *reconcile.Reconciler, store drive
 	}
 	rec := &recording{Store: store}
 	errs := r.Reconcile(context.Background(), rec, all)
-	if !rec.ran("_multi") {
-		t.Fatalf("batched: scripts %v, no multi-batch call", rec.names)
+	if !rec.multi() {
+		t.Fatalf("batched: calls of %v batches, none of several", rec.sizes)
 	}
 	n := len(batches)
 	for i := range n {
@@ -57,30 +60,47 @@ func reconcileIn(t *testing.T, mode string, r *reconcile.Reconciler, store drive
 	return errs[:n]
 }
 
-// recording is a Store that records the names of the scripts it runs; it
-// pipelines when its store does.
+// companionID is an id of the same instance as id, instance:run:seq, and
+// of the same run of sequence numbers: its marker shares id's hash.
+func companionID(t *testing.T, id string) string {
+	i := strings.LastIndexByte(id, ':')
+	seq, err := strconv.Atoi(id[i+1:])
+	if i < 0 || err != nil || seq >= 1000 {
+		t.Fatalf("batch id %q: the batched mode needs instance:run:seq, seq below 1000", id)
+	}
+	return id[:i+1] + strconv.Itoa(seq+1000)
+}
+
+// recording is a Store that records the scripts it runs and how many
+// batches each replay call applied; it pipelines when its store does.
 type recording struct {
 	driver.Store
 	mu    sync.Mutex
 	names []string
+	sizes []int
 }
 
-func (r *recording) note(s *driver.Script) {
+func (r *recording) note(s *driver.Script, args []string) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.names = append(r.names, s.Name())
-	r.mu.Unlock()
+	if strings.HasPrefix(s.Name(), "reconcile_") && len(args) > 0 {
+		n, _ := strconv.Atoi(args[0])
+		r.sizes = append(r.sizes, n)
+	}
 }
 
 func (r *recording) Run(ctx context.Context, s *driver.Script, keys, args []string) ([]int64, error) {
-	r.note(s)
+	r.note(s, args)
 	return r.Store.Run(ctx, s, keys, args)
 }
 
-func (r *recording) ran(suffix string) bool {
+// multi reports whether a replay call applied several batches.
+func (r *recording) multi() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, n := range r.names {
-		if strings.HasSuffix(n, suffix) {
+	for _, n := range r.sizes {
+		if n > 1 {
 			return true
 		}
 	}
@@ -95,36 +115,17 @@ type pipelining struct {
 
 func (p pipelining) RunMany(ctx context.Context, calls []driver.Call) []driver.CallResult {
 	for _, c := range calls {
-		p.note(c.Script)
+		p.note(c.Script, c.Args)
 	}
 	return p.pl.RunMany(ctx, calls)
 }
 
-// lostReply applies every call on the store, then reports the first
-// failure of a call as a lost reply: the process died after Redis ran (part
-// of) the call, before it read the reply.
-type lostReply struct {
-	driver.Store
-	lost int
-}
-
-func (l *lostReply) Run(ctx context.Context, s *driver.Script, keys, args []string) ([]int64, error) {
-	r, err := l.Store.Run(ctx, s, keys, args)
-	if err != nil && l.lost > 0 {
-		l.lost--
-		return nil, errCrash
-	}
-	return r, err
-}
-
-// TestCrashBetweenKeysCountsOnce: a multi-batch call that stops between
-// two keys, the first batch applied and marked and the second not run,
-// and whose reply is lost (a crash), is sent again whole: the first batch
-// counts once (its marker) and the second once. Redis has no crash inside
-// a script, but a script that fails midway leaves the same state: here the
-// second key holds a value of the wrong type, which makes its replay raise
-// an error after the first batch was applied; the key is repaired before
-// the retry.
+// TestCrashBetweenKeysCountsOnce: a call of two batches that stops between
+// the two keys, the first batch applied and marked and the second not
+// applied, and whose reply is lost (a crash), is sent again whole: the
+// first batch counts once (its marker) and the second once. Here the
+// second key holds a value that makes its replay fail after the first
+// batch was applied; the key is repaired before the retry.
 func TestCrashBetweenKeysCountsOnce(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -133,14 +134,14 @@ func TestCrashBetweenKeysCountsOnce(t *testing.T) {
 	sc, _ := slidingcounter.Policy("sc", 10, time.Minute)
 	for _, tc := range []struct {
 		p core.Policy
-		// spoil makes key's replay raise an error; repair undoes it.
+		// spoil makes key's replay fail; repair undoes it.
 		spoil, repair func(key string)
 		// counted is what key holds of grants of 3 and 2 units.
 		counted func(key string) int64
 	}{
 		{p: tb,
-			spoil:  func(key string) { srv.Do(t, "SET", reconcile.MergeKey(key), "x") },
-			repair: func(key string) { srv.Do(t, "DEL", reconcile.MergeKey(key)) },
+			spoil:  func(key string) { srv.Do(t, "HSET", key, "x", "1") },
+			repair: func(key string) { srv.Do(t, "DEL", key) },
 			counted: func(key string) int64 {
 				now := redisNow(t, srv)
 				return 10 - tokenbucket.FromEmpty(bucket(t, srv, key), now, 10e6).Credit/1e6
@@ -162,22 +163,23 @@ func TestCrashBetweenKeysCountsOnce(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			now := redisNow(t, srv)
 			first := driver.StorageKey("hf:", tc.p.Name(), "between")
-			second := "second:" + first // the same hash tag: the same slot
+			second := first + ":second" // the same hash tag: the same slot
 			batch := func(id, key string) driver.Batch {
 				return driver.Batch{ID: id, Key: key, Policy: tc.p,
 					Grants: []driver.Grant{{ID: id + "-a", Cost: 3, At: now - 1000}, {ID: id + "-b", Cost: 2, At: now}}}
 			}
-			batches := []driver.Batch{batch("app1:e1:1", first), batch("app1:e1:2", second)}
+			// One instance per algorithm: batch ids are unique.
+			batches := []driver.Batch{batch(name+":e1:1", first), batch(name+":e1:2", second)}
 			tc.spoil(second)
-			rec := &recording{Store: &lostReply{Store: newStore(t, srv), lost: 1}}
+			rec := &recording{Store: &crashAfter{Store: newStore(t, srv), fail: 1}}
 			r := reconcile.New(reconcile.Options{})
 			for i, err := range r.Reconcile(context.Background(), rec, batches) {
 				if !errors.Is(err, errCrash) {
 					t.Fatalf("batch %d: %v, want the lost reply", i, err)
 				}
 			}
-			if len(rec.names) != 1 || !rec.ran("_multi") {
-				t.Fatalf("scripts %v, want one multi-batch call", rec.names)
+			if fmt.Sprint(rec.sizes) != "[2]" {
+				t.Fatalf("calls of %v batches, want one call of both", rec.sizes)
 			}
 			if got := tc.counted(first); got != 5 {
 				t.Fatalf("after the crash the first key counts %d units, want 5", got)
@@ -199,10 +201,9 @@ func TestCrashBetweenKeysCountsOnce(t *testing.T) {
 	}
 }
 
-// TestFailedBatchInMultiCall: a batch whose replay fails inside a
-// multi-batch call is sent again on its own and gets its own error; the
-// batches of the call applied before it are acknowledged (their markers),
-// those after it applied, each once.
+// TestFailedBatchInMultiCall: a batch whose replay raises an error inside a
+// call of several is sent again on its own and gets its own error; the
+// other batches of the call are applied, each once.
 func TestFailedBatchInMultiCall(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -213,7 +214,7 @@ func TestFailedBatchInMultiCall(t *testing.T) {
 	var batches []driver.Batch
 	for i := range 4 {
 		id := fmt.Sprint("app1:e1:", i)
-		batches = append(batches, driver.Batch{ID: id, Key: fmt.Sprint(i, ":", base), Policy: p,
+		batches = append(batches, driver.Batch{ID: id, Key: fmt.Sprint(base, ":", i), Policy: p,
 			Grants: []driver.Grant{{ID: id + "-a", Cost: 2, At: now - 1000}}})
 	}
 	srv.Do(t, "SET", batches[2].Key, "not a window")
@@ -227,8 +228,8 @@ func TestFailedBatchInMultiCall(t *testing.T) {
 	if !errors.Is(errs[2], core.ErrWrongType) {
 		t.Errorf("batch 2: %v, want WRONGTYPE", errs[2])
 	}
-	if rec.names[0] != slidingwindow.ReplayMultiScript.Name() || len(rec.names) != 1+len(batches) {
-		t.Errorf("scripts %v, want the multi-batch call, then each batch of it alone", rec.names)
+	if fmt.Sprint(rec.sizes) != "[4 1]" {
+		t.Errorf("calls of %v batches, want the call of all four, then batch 2 alone", rec.sizes)
 	}
 	for i, b := range batches {
 		if i != 2 && srv.Do(t, "ZCARD", b.Key) != "2" {
@@ -264,8 +265,9 @@ func TestBatchedPipelines(t *testing.T) {
 			const n = 3000
 			for _, p := range []core.Policy{tb, sw, sc} {
 				now := redisNow(t, srv)
-				batches := reconcileBatches(p, "b-", n, now)
-				alone := reconcileBatches(p, "a-", n, now)
+				// Batch ids are unique: one instance per policy.
+				batches := reconcileBatches(p, "b-"+p.Name()+"-", n, now)
+				alone := reconcileBatches(p, "a-"+p.Name()+"-", n, now)
 				for i := range alone {
 					alone[i].Key = "alone:" + alone[i].Key
 				}
@@ -278,8 +280,8 @@ func TestBatchedPipelines(t *testing.T) {
 						}
 					}
 				}
-				if !rec.ran("_multi") {
-					t.Fatalf("%s: no multi-batch call", p.Name())
+				if !rec.multi() {
+					t.Fatalf("%s: calls of %v batches, none of several", p.Name(), rec.sizes)
 				}
 				for i, err := range reconcile.New(reconcile.Options{MultiBatches: 1, CallTimeout: 10 * time.Second}).Reconcile(context.Background(), store, alone) {
 					if err != nil {
@@ -298,8 +300,9 @@ func TestBatchedPipelines(t *testing.T) {
 }
 
 // state is what key holds for p, equal for two keys replayed with the
-// same grants: the token bucket's instant of zero credit, the window's
-// size, the counter's units.
+// same grants: the token bucket's instant of zero credit (without the
+// merge log, which holds the time of its replay), the window's size, the
+// counter's units.
 func state(t *testing.T, srv *redistest.Server, p core.Policy, key string) string {
 	switch p.Name() {
 	case "bsw":
@@ -314,7 +317,11 @@ func state(t *testing.T, srv *redistest.Server, p core.Policy, key string) strin
 		}
 		return fmt.Sprint(c + pr)
 	}
-	return srv.Do(t, "GET", key)
+	e, err := tokenbucket.ParseStored(srv.Do(t, "GET", key))
+	if err != nil {
+		t.Fatalf("%s: %v", key, err)
+	}
+	return fmt.Sprint(e)
 }
 
 func atoi(t *testing.T, s string) int {
@@ -327,7 +334,7 @@ func atoi(t *testing.T, s string) int {
 }
 
 // TestRefusedBatchInMultiCall: a batch whose replay replies an error (a
-// corrupt bucket) inside a multi-batch call leaves the other batches of
+// corrupt bucket) inside a call of several leaves the other batches of
 // the call applied; it alone is sent again, and gets its own error.
 func TestRefusedBatchInMultiCall(t *testing.T) {
 	t.Parallel()
@@ -337,7 +344,7 @@ func TestRefusedBatchInMultiCall(t *testing.T) {
 	base := driver.StorageKey("hf:", "tb", "refused")
 	var batches []driver.Batch
 	for i := range 3 {
-		batches = append(batches, driver.Batch{ID: fmt.Sprint("app1:e1:", i), Key: fmt.Sprint(i, ":", base), Policy: p,
+		batches = append(batches, driver.Batch{ID: fmt.Sprint("app1:e1:", i), Key: fmt.Sprint(base, ":", i), Policy: p,
 			Grants: []driver.Grant{{Cost: 2, At: now}}})
 	}
 	srv.Do(t, "SET", batches[1].Key, "corrupt")
@@ -346,8 +353,8 @@ func TestRefusedBatchInMultiCall(t *testing.T) {
 	if errs[0] != nil || errs[2] != nil || errs[1] == nil || !strings.Contains(errs[1].Error(), "corrupt state") {
 		t.Fatalf("errors %v, want only batch 1's corrupt state", errs)
 	}
-	if want := []string{tokenbucket.ReplayMultiScript.Name(), tokenbucket.ReplayScript.Name()}; fmt.Sprint(rec.names) != fmt.Sprint(want) {
-		t.Errorf("scripts %v, want %v", rec.names, want)
+	if fmt.Sprint(rec.sizes) != "[3 1]" {
+		t.Errorf("calls of %v batches, want the call of all three, then batch 1 alone", rec.sizes)
 	}
 	for _, i := range []int{0, 2} {
 		if c := tokenbucket.FromEmpty(bucket(t, srv, batches[i].Key), now, 10e6).Credit; c != 8e6 {

@@ -37,6 +37,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -109,97 +111,106 @@ func New(o Options) *Reconciler {
 	return &Reconciler{o: o}
 }
 
-// MergeKey is the key of storage key key's merge log during a recovery.
-func MergeKey(key string) string { return key + ":rl" }
-
-// MarkerKey is the key that marks batch id of storage key key as applied.
-// It shares key's hash tag, so both live in one Redis Cluster slot.
-func MarkerKey(key, id string) string { return key + ":rb:" + id }
-
-// Reconcile applies each batch once; see driver.Reconciler. Batches of an
-// algorithm that is a driver.MultiReplayer go several to a call: those whose
-// keys share a hash slot, up to MultiBatches batches and MultiArgs
-// arguments a call. A store that pipelines (driver.Pipeliner) gets all calls
-// in one RunMany, which it sends in pipelines of its own size; others get
-// Concurrency calls in flight.
+// Reconcile applies each batch once; see driver.Reconciler. Batches go
+// several to a call when they share a replay script and a marker hash
+// (one instance's batches, and on Redis Cluster one hash slot: see
+// markerOf), up to MultiBatches batches and MultiArgs arguments a call. A
+// store that pipelines (driver.Pipeliner) gets all calls in one RunMany,
+// which it sends in pipelines of its own size; others get Concurrency
+// calls in flight.
 func (r *Reconciler) Reconcile(ctx context.Context, store driver.Store, batches []driver.Batch) []error {
 	errs := make([]error, len(batches))
-	units := r.plan(batches, errs)
+	cluster := driver.OnCluster(store)
+	units := r.plan(batches, cluster, errs)
 	alone := r.send(ctx, store, batches, units, errs)
 	if len(alone) > 0 {
-		// A batch whose multi-batch call failed with a reply of Redis, or
-		// whose replay in it replied an error, is sent once more on its
-		// own: its own call gives it its own error, and a batch the
-		// failed call applied before the failure is acknowledged by its
-		// marker.
+		// A batch whose call of several failed with a reply of Redis, or
+		// whose body failed in it, is sent once more on its own: its own
+		// call gives it its own error, and a batch the failed call
+		// applied and marked is acknowledged by its marker.
 		again := make([]unit, len(alone))
 		for j, i := range alone {
-			c, _ := r.call(&batches[i])
-			again[j] = unit{call: c, batches: []int{i}}
+			rp, _ := replayer(&batches[i])
+			again[j] = r.unitOf(batches, groupOf(&batches[i], rp, cluster), []int{i}, cluster)
 		}
 		r.send(ctx, store, batches, again, errs)
 	}
 	return errs
 }
 
-// A unit is one script call: one batch's own call, or a multi-batch call
-// of several (multi true).
+// A unit is one script call and the batches it applies.
 type unit struct {
 	call    driver.Call
 	batches []int
-	multi   bool
 }
 
-// group names the batches that may share a multi-batch call: one script,
-// one hash slot.
+// group names the batches that may share a call: one script, one marker
+// hash.
 type group struct {
 	script *driver.Script
-	slot   int
+	marker string
 }
 
-// plan returns the calls that replay batches: a multi-batch call for the
-// batches of one group, up to the bounds of a call, and a call of its own
-// for every other batch. A batch that cannot be replayed gets its error.
-func (r *Reconciler) plan(batches []driver.Batch, errs []error) []unit {
-	units := make([]unit, 0, len(batches))
-	parts := make([][]driver.Call, 0) // each multi unit's calls, by unit
-	open := map[group]int{}           // the unit a group is filling
-	weight := make([]int, 0)          // each multi unit's keys and arguments
+// plan returns the calls that replay batches: the batches of one group go
+// together, up to the bounds of a call. A batch that cannot be replayed
+// gets its error.
+func (r *Reconciler) plan(batches []driver.Batch, cluster bool, errs []error) []unit {
+	var (
+		groups []group
+		parts  [][]int           // each group's open call, by group
+		weight []int             // its keys and arguments
+		open   = map[group]int{} // the index of a group in groups
+		units  []unit
+	)
+	close := func(g int) {
+		if len(parts[g]) > 0 {
+			units = append(units, r.unitOf(batches, groups[g], parts[g], cluster))
+			parts[g], weight[g] = nil, 0
+		}
+	}
 	for i := range batches {
 		b := &batches[i]
-		c, err := r.call(b)
+		rp, err := replayer(b)
 		if err != nil {
 			errs[i] = err
 			continue
 		}
-		mr, ok := b.Policy.Algorithm().(driver.MultiReplayer)
-		w := len(c.Keys) + len(c.Args) + 2
-		if !ok || r.o.MultiBatches == 1 || w > r.o.MultiArgs/2 {
-			units = append(units, unit{call: c, batches: []int{i}})
-			parts, weight = append(parts, nil), append(weight, 0)
-			continue
+		gk := groupOf(b, rp, cluster)
+		g, ok := open[gk]
+		if !ok {
+			g = len(groups)
+			open[gk] = g
+			groups, parts, weight = append(groups, gk), append(parts, nil), append(weight, 0)
 		}
-		g := group{script: mr.MultiReplayScript(), slot: driver.HashSlot(b.Key)}
-		if u, ok := open[g]; ok && len(units[u].batches) < r.o.MultiBatches && weight[u]+w <= r.o.MultiArgs {
-			units[u].batches = append(units[u].batches, i)
-			parts[u], weight[u] = append(parts[u], c), weight[u]+w
-			continue
+		w := 4 + len(b.Grants)*3 // about the keys and arguments it adds
+		if len(parts[g]) >= r.o.MultiBatches || weight[g]+w > r.o.MultiArgs {
+			close(g)
 		}
-		open[g] = len(units)
-		units = append(units, unit{call: driver.Call{Script: g.script}, batches: []int{i}, multi: true})
-		parts, weight = append(parts, []driver.Call{c}), append(weight, w)
+		parts[g], weight[g] = append(parts[g], i), weight[g]+w
 	}
-	for u := range units {
-		switch {
-		case !units[u].multi:
-		case len(parts[u]) == 1:
-			// One batch: its own call, without the loop's arguments.
-			units[u].call, units[u].multi = parts[u][0], false
-		default:
-			units[u].call = driver.MultiCall(units[u].call.Script, parts[u])
-		}
+	for g := range groups {
+		close(g)
 	}
 	return units
+}
+
+// unitOf returns the call that applies batches idx of group g.
+func (r *Reconciler) unitOf(batches []driver.Batch, g group, idx []int, cluster bool) unit {
+	rbs := make([]driver.ReplayBatch, len(idx))
+	for j, i := range idx {
+		b := &batches[i]
+		rp, _ := replayer(b)
+		_, field := markerOf(b.Key, b.ID, cluster)
+		rbs[j] = driver.ReplayBatch{Key: b.Key, Field: field,
+			Args: rp.ReplayArgs(nil, b, driver.ReplayOptions{MergeWindow: r.o.MergeWindow})}
+	}
+	return unit{call: driver.ReplayCall(g.script, g.marker, r.o.MarkerTTL, rbs), batches: idx}
+}
+
+// groupOf returns the group of batch b, whose algorithm is rp.
+func groupOf(b *driver.Batch, rp driver.Replayer, cluster bool) group {
+	marker, _ := markerOf(b.Key, b.ID, cluster)
+	return group{script: rp.ReplayScript(), marker: marker}
 }
 
 // send runs the units' calls and records each batch's outcome in errs. It
@@ -242,16 +253,11 @@ func (r *Reconciler) send(ctx context.Context, store driver.Store, batches []dri
 // outcome records the outcome res of unit u's call in errs, and returns the
 // batches to send again on their own.
 func (r *Reconciler) outcome(batches []driver.Batch, u *unit, res driver.CallResult, errs []error) (alone []int) {
-	if !u.multi {
-		i := u.batches[0]
-		errs[i] = check(&batches[i], res.Reply, res.Err)
-		return nil
-	}
 	if res.Err != nil {
 		var se *core.StoreError
-		if errors.As(res.Err, &se) && se.Answered && se.Class != core.ClassUnavailable {
-			// Redis ran the call and a batch's replay failed in it: the
-			// batches before it are applied and marked.
+		if len(u.batches) > 1 && errors.As(res.Err, &se) && se.Answered && se.Class != core.ClassUnavailable {
+			// Redis ran the call and it failed: each batch on its own
+			// learns whether it was its own error.
 			return u.batches
 		}
 		for _, i := range u.batches {
@@ -263,8 +269,8 @@ func (r *Reconciler) outcome(batches []driver.Batch, u *unit, res driver.CallRes
 	for j, i := range u.batches {
 		switch {
 		case !ok:
-			errs[i] = driver.Errorf(core.ErrMalformedReply, "reconcile batch %s: multi-batch reply %v", batches[i].ID, res.Reply)
-		case replies[j] == nil:
+			errs[i] = driver.Errorf(core.ErrMalformedReply, "reconcile batch %s: replay reply %v", batches[i].ID, res.Reply)
+		case replies[j] == nil && len(u.batches) > 1:
 			alone = append(alone, i)
 		default:
 			errs[i] = check(&batches[i], replies[j], nil)
@@ -285,19 +291,59 @@ func check(b *driver.Batch, reply []int64, err error) error {
 	return nil
 }
 
-// call builds the script call that replays batch b: its algorithm's
-// (driver.Replayer), with the marker and merge-log keys of this package.
-func (r *Reconciler) call(b *driver.Batch) (driver.Call, error) {
+// replayer returns batch b's algorithm as a Replayer.
+func replayer(b *driver.Batch) (driver.Replayer, error) {
 	p := b.Policy
 	if !p.Valid() {
-		return driver.Call{}, driver.Errorf(core.ErrInvalidPolicy, "batch %s has a zero policy", b.ID)
+		return nil, driver.Errorf(core.ErrInvalidPolicy, "batch %s has a zero policy", b.ID)
 	}
 	rp, ok := p.Algorithm().(driver.Replayer)
 	if !ok {
-		return driver.Call{}, fmt.Errorf("%w %q (batch %s)", ErrUnknownAlgorithm, p.Algorithm().Name(), b.ID)
+		return nil, fmt.Errorf("%w %q (batch %s)", ErrUnknownAlgorithm, p.Algorithm().Name(), b.ID)
 	}
-	return rp.ReplayCall(b, driver.ReplayOptions{
-		MarkerKey: MarkerKey(b.Key, b.ID), MarkerTTL: r.o.MarkerTTL,
-		MergeKey: MergeKey(b.Key), MergeWindow: r.o.MergeWindow,
-	}), nil
+	return rp, nil
+}
+
+// markerChunk is how many consecutive batch sequence numbers of one
+// instance share a marker hash.
+const markerChunk = 4096
+
+// markerOf returns the hash that marks batch id of storage key key
+// applied, and the batch's field in it. The hash is named after the key's
+// prefix (its text before the first '{', so an ACL key pattern on the
+// prefix covers it), "rb:" and the batch id: an id that ends in ":" and a
+// sequence number (the fallback layer's instance:process:seq) shares its
+// hash with the markerChunk ids of its run of sequence numbers, its
+// field being the number; any other id has a hash of its own. On Redis
+// Cluster the name carries the key's slot as a hash tag (driver.SlotTag),
+// so the hash lives beside the key.
+func markerOf(key, id string, cluster bool) (hash, field string) {
+	prefix := key
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		prefix = key[:i]
+	}
+	group, field := id, "-"
+	if i := strings.LastIndexByte(id, ':'); i >= 0 {
+		if seq, err := strconv.ParseUint(id[i+1:], 10, 64); err == nil {
+			group, field = id[:i+1]+strconv.FormatUint(seq/markerChunk, 10), id[i+1:]
+		}
+	}
+	if cluster {
+		return prefix + "{" + driver.SlotTag(driver.HashSlot(key)) + "}:rb:" + group, field
+	}
+	return prefix + "rb:" + group, field
+}
+
+// MarkerOf is markerOf, for tests and operators: the hash that marks
+// batch id of key applied, and its field in it.
+func MarkerOf(key, id string, cluster bool) (hash, field string) { return markerOf(key, id, cluster) }
+
+// Call returns the call that replays batch b alone, as Reconcile sends it
+// to a store on Redis Cluster (cluster) or not.
+func (r *Reconciler) Call(b *driver.Batch, cluster bool) (driver.Call, error) {
+	rp, err := replayer(b)
+	if err != nil {
+		return driver.Call{}, err
+	}
+	return r.unitOf([]driver.Batch{*b}, groupOf(b, rp, cluster), []int{0}, cluster).call, nil
 }

@@ -52,7 +52,7 @@ func (c *crashAfter) Run(ctx context.Context, s *driver.Script, keys, args []str
 // zero (tokenbucket.State.Empty).
 func bucket(t *testing.T, srv *redistest.Server, key string) int64 {
 	t.Helper()
-	e, err := strconv.ParseInt(srv.Do(t, "GET", key), 10, 64)
+	e, err := tokenbucket.ParseStored(srv.Do(t, "GET", key))
 	if err != nil {
 		t.Fatalf("bucket %s: %v", key, err)
 	}
@@ -134,7 +134,7 @@ func TestScriptMatchesModel(t *testing.T) {
 					st = tc.stored.Empty()
 					srv.Do(t, "SET", key, fmt.Sprint(st))
 				}
-				b := driver.Batch{ID: fmt.Sprint("b", i), Key: key, Policy: p, Seed: tc.seed, Grants: grants}
+				b := driver.Batch{ID: fmt.Sprint("app1:e1:", i), Key: key, Policy: p, Seed: tc.seed, Grants: grants}
 				before := redisNow(t, srv)
 				if errs := reconcileIn(t, mode, reconcile.New(reconcile.Options{}), store, []driver.Batch{b}); errs[0] != nil {
 					t.Fatal(errs[0])
@@ -180,7 +180,7 @@ func TestScriptMergesInstances(t *testing.T) {
 					// Each instance admits 2.5 a second, interleaved with the others.
 					grants = append(grants, driver.Grant{Cost: 1, At: now - 3_000_000 + int64(j)*400_000 + int64(i)*133_000})
 				}
-				b := driver.Batch{ID: fmt.Sprint("app", i), Key: key, Policy: p, Grants: grants}
+				b := driver.Batch{ID: fmt.Sprint("app", i, ":e1:1"), Key: key, Policy: p, Grants: grants}
 				if errs := reconcileIn(t, mode, r, store, []driver.Batch{b}); errs[0] != nil {
 					t.Fatal(errs[0])
 				}
@@ -201,32 +201,49 @@ func TestScriptMergesInstances(t *testing.T) {
 	}
 }
 
-// TestScriptReadsLegacyMergeLog: a merge log an earlier version started
-// ("base c t") is read as that bucket.
-func TestScriptReadsLegacyMergeLog(t *testing.T) {
+// TestMergeEnds: a merge log is read only in its window and until a
+// decision through Redis writes the key: a batch after either is charged
+// against the stored bucket alone, as the first of a new merge.
+func TestMergeEnds(t *testing.T) {
 	t.Parallel()
-	for _, mode := range modes {
-		t.Run(mode, func(t *testing.T) {
-			t.Parallel()
-			srv := redistest.Start(t)
-			store := newStore(t, srv)
-			p, _ := tokenbucket.Policy("tb", 10, 10) // 100 ms a token
-			now := time.Now().UnixMicro()
-			key := driver.StorageKey("hf:", "tb", "legacy-log")
-			base := tokenbucket.State{Credit: 300_000, Last: now - 200_000}
-			logged := driver.Grant{Cost: 4, At: now - 190_000}
-			srv.Do(t, "SET", key, fmt.Sprint(base.Empty()+4*100_000))
-			srv.Do(t, "RPUSH", reconcile.MergeKey(key), fmt.Sprint("base ", base.Credit, " ", base.Last), fmt.Sprint(logged.At, " ", logged.Cost))
-			srv.Do(t, "PEXPIRE", reconcile.MergeKey(key), "60000")
-			grants := []driver.Grant{{Cost: 2, At: now - 195_000}, {Cost: 3, At: now - 100_000}}
-			b := driver.Batch{ID: "second", Key: key, Policy: p, Grants: grants}
-			if errs := reconcileIn(t, mode, reconcile.New(reconcile.Options{}), store, []driver.Batch{b}); errs[0] != nil {
+	srv := redistest.Start(t)
+	store := newStore(t, srv)
+	p, _ := tokenbucket.Policy("tb", 10, 10) // 100 ms a token
+	l, _ := core.NewLimiter(store, core.Options{Prefix: "hf:"})
+	for _, end := range []string{"window", "decision"} {
+		t.Run(end, func(t *testing.T) {
+			r := reconcile.New(reconcile.Options{MergeWindow: 200 * time.Millisecond})
+			now := redisNow(t, srv)
+			key := driver.StorageKey("hf:", "tb", "ends-"+end)
+			// The bucket is not full again for half a second: its key
+			// outlives the window.
+			first := []driver.Grant{{Cost: 8, At: now - 300_000}}
+			second := []driver.Grant{{Cost: 1, At: now - 290_000}}
+			if errs := r.Reconcile(context.Background(), store, []driver.Batch{{ID: "app1-" + end + ":e1:1", Key: key, Policy: p, Grants: first}}); errs[0] != nil {
 				t.Fatal(errs[0])
 			}
-			m := tokenbucket.MergeLog{Started: true, Base: base.Empty(), Grants: []driver.Grant{logged}}
-			want := tokenbucket.Replay(base.Empty()+4*100_000, true, driver.Seed{}, &m, 10, 100_000, now, grants)
+			if v := srv.Do(t, "GET", key); !strings.Contains(v, "|") {
+				t.Fatalf("after the first batch the key holds %q, no merge log", v)
+			}
+			cur := bucket(t, srv, key)
+			if end == "window" {
+				time.Sleep(300 * time.Millisecond)
+			} else {
+				if res, err := l.Allow(context.Background(), p, "ends-"+end); err != nil || !res.Allowed {
+					t.Fatalf("decision: %+v %v", res, err)
+				}
+				if v := srv.Do(t, "GET", key); strings.Contains(v, "|") {
+					t.Fatalf("after a decision the key holds %q, still a merge log", v)
+				}
+				cur = bucket(t, srv, key)
+			}
+			if errs := r.Reconcile(context.Background(), store, []driver.Batch{{ID: "app2-" + end + ":e1:1", Key: key, Policy: p, Grants: second}}); errs[0] != nil {
+				t.Fatal(errs[0])
+			}
+			var fresh tokenbucket.MergeLog
+			want := tokenbucket.Replay(cur, true, driver.Seed{}, &fresh, 10, 100_000, now, second)
 			if got := bucket(t, srv, key); got != want {
-				t.Fatalf("Redis %d, model %d", got, want)
+				t.Fatalf("Redis %d, model of a new merge %d", got, want)
 			}
 		})
 	}
@@ -252,7 +269,7 @@ func TestSlidingWindowReplay(t *testing.T) {
 			}
 			seed := driver.Seed{Value: 2, At: now - 3_000_000}
 			r := reconcile.New(reconcile.Options{})
-			for _, id := range []string{"batch-1", "batch-1", "batch-2"} {
+			for _, id := range []string{"app1:e1:1", "app1:e1:1", "app1:e1:2"} {
 				b := driver.Batch{ID: id, Key: key, Policy: p, Seed: seed, Grants: grants}
 				if errs := reconcileIn(t, mode, r, store, []driver.Batch{b}); errs[0] != nil {
 					t.Fatal(errs[0])
@@ -373,7 +390,7 @@ func reconcileBatches(p core.Policy, id string, n int, now int64) []driver.Batch
 		for j := range gs {
 			gs[j] = driver.Grant{ID: id + ks + "-" + strconv.Itoa(j), Cost: 1, At: now - int64(grants-j)*1000}
 		}
-		batches[k] = driver.Batch{ID: id + ks, Key: driver.StorageKey("hf:", p.Name(), "k"+ks), Policy: p, Grants: gs}
+		batches[k] = driver.Batch{ID: id + "app:e1:" + ks, Key: driver.StorageKey("hf:", p.Name(), "k"+ks), Policy: p, Grants: gs}
 	}
 	return batches
 }

@@ -48,7 +48,7 @@ func TestSlidingWindowReplayTTL(t *testing.T) {
 			now := redisNow(t, srv)
 
 			fresh := driver.StorageKey("hf:", "sw", "fresh")
-			replay(fresh, "b1", driver.Grant{ID: "a", Cost: 1, At: now - 4_000_000}, driver.Grant{ID: "b", Cost: 1, At: now - 3_000_000})
+			replay(fresh, "app1:e1:1", driver.Grant{ID: "a", Cost: 1, At: now - 4_000_000}, driver.Grant{ID: "b", Cost: 1, At: now - 3_000_000})
 			if d := pttl(fresh); !within(d, window-3*time.Second) {
 				t.Errorf("fresh key: PTTL %v, want about %v (the newest grant's)", d, window-3*time.Second)
 			}
@@ -58,7 +58,7 @@ func TestSlidingWindowReplayTTL(t *testing.T) {
 			live := driver.StorageKey("hf:", "sw", "live")
 			srv.Do(t, "ZADD", live, fmt.Sprint(now), "decided")
 			srv.Do(t, "PEXPIRE", live, fmt.Sprint(window.Milliseconds()+1))
-			replay(live, "b1", driver.Grant{ID: "a", Cost: 1, At: now - 5_000_000})
+			replay(live, "app1:e1:2", driver.Grant{ID: "a", Cost: 1, At: now - 5_000_000})
 			if d := pttl(live); !within(d, window) {
 				t.Errorf("key with a newer unit: PTTL %v, want about %v (kept)", d, window)
 			}
@@ -67,7 +67,7 @@ func TestSlidingWindowReplayTTL(t *testing.T) {
 			old := driver.StorageKey("hf:", "sw", "old")
 			srv.Do(t, "ZADD", old, fmt.Sprint(now-8_000_000), "decided")
 			srv.Do(t, "PEXPIRE", old, "2000")
-			replay(old, "b1", driver.Grant{ID: "a", Cost: 1, At: now - 1_000_000})
+			replay(old, "app1:e1:3", driver.Grant{ID: "a", Cost: 1, At: now - 1_000_000})
 			if d := pttl(old); !within(d, window-time.Second) {
 				t.Errorf("old key: PTTL %v, want about %v (extended)", d, window-time.Second)
 			}
@@ -75,13 +75,13 @@ func TestSlidingWindowReplayTTL(t *testing.T) {
 			// A key without a TTL gets one covering its newest member.
 			forever := driver.StorageKey("hf:", "sw", "forever")
 			srv.Do(t, "ZADD", forever, fmt.Sprint(now-1_000_000), "decided")
-			replay(forever, "b1", driver.Grant{ID: "a", Cost: 1, At: now - 6_000_000})
+			replay(forever, "app1:e1:4", driver.Grant{ID: "a", Cost: 1, At: now - 6_000_000})
 			if d := pttl(forever); !within(d, window-time.Second) {
 				t.Errorf("key without a TTL: PTTL %v, want about %v", d, window-time.Second)
 			}
 
 			// Grants only outside the window add nothing and leave the TTL alone.
-			replay(old, "b2", driver.Grant{ID: "stale", Cost: 1, At: now - 20_000_000})
+			replay(old, "app1:e1:5", driver.Grant{ID: "stale", Cost: 1, At: now - 20_000_000})
 			if n := srv.Do(t, "ZCARD", old); n != "2" {
 				t.Errorf("old key after a stale grant: ZCARD %s, want 2", n)
 			}
@@ -90,8 +90,8 @@ func TestSlidingWindowReplayTTL(t *testing.T) {
 			// under another batch id adds nothing.
 			big := driver.StorageKey("hf:", "sw", "big")
 			gs := []driver.Grant{{ID: "x", Cost: 700, At: now - 2_000_000}, {ID: "y", Cost: 500, At: now - 1_000_000}}
-			replay(big, "b1", gs...)
-			replay(big, "b2", gs...)
+			replay(big, "app1:e1:7", gs...)
+			replay(big, "app1:e1:6", gs...)
 			if n := srv.Do(t, "ZCARD", big); n != "1200" {
 				t.Errorf("ZCARD %s, want 1200", n)
 			}

@@ -11,37 +11,29 @@ import (
 //go:embed replay.lua
 var replaySource string
 
-// ReplayScript is the counter's replay of an outage's grants (replay.lua):
-// each grant counts in the fixed window of its original time, once per
-// batch marker.
-var ReplayScript = driver.NewScript("reconcile_"+Name, replaySource, nil)
+// ReplayScript is the counter's replay of an outage's grants
+// (driver.NewReplayScript of replay.lua): each grant counts in the fixed
+// window of its original time, once per batch marker.
+var ReplayScript = driver.NewReplayScript("reconcile_"+Name, replaySource)
 
-// ReplayMultiScript applies several batches in one call, each as
-// ReplayScript would alone (driver.NewMultiReplayScript of replay.lua).
-var ReplayMultiScript = driver.NewMultiReplayScript("reconcile_"+Name+"_multi", replaySource)
+// ReplayScript returns ReplayScript.
+func (algorithm) ReplayScript() *driver.Script { return ReplayScript }
 
-// MultiReplayScript is ReplayMultiScript.
-func (algorithm) MultiReplayScript() *driver.Script { return ReplayMultiScript }
+var _ driver.Replayer = algorithm{}
 
-var _ driver.MultiReplayer = algorithm{}
-
-// ReplayCall returns the replay.lua call for batch b: KEYS the counter and
-// the marker; ARGV the limit, the window, the marker TTL, the seed (its
-// estimate, counted whole in the window of its time: at least the units
-// the key held then, in that window or the one before) and the grants as
-// (time, cost) pairs. Its reply is {1, units counted} when it
-// applied the batch, {0, 0} when the marker says it was applied before.
-func (algorithm) ReplayCall(b *driver.Batch, o driver.ReplayOptions) driver.Call {
+// ReplayArgs appends replay.lua's arguments for batch b: the limit, the
+// window, the seed (its estimate, counted whole in the window of its time:
+// at least the units the key held then, in that window or the one before)
+// and the grants as (time, cost) pairs. Its reply is {1, units counted}.
+func (algorithm) ReplayArgs(args []string, b *driver.Batch, _ driver.ReplayOptions) []string {
 	i64 := func(v int64) string { return strconv.FormatInt(v, 10) }
 	p := b.Policy
-	args := make([]string, 0, 5+2*len(b.Grants))
 	est, _, _ := unpackSeed(b.Seed.Value)
-	args = append(args, i64(p.Limit()), i64(p.Interval().Microseconds()), i64(o.MarkerTTL.Milliseconds()),
-		i64(est), i64(b.Seed.At))
+	args = append(args, i64(p.Limit()), i64(p.Interval().Microseconds()), i64(est), i64(b.Seed.At))
 	for _, g := range b.Grants {
 		args = append(args, i64(g.At), i64(g.Cost))
 	}
-	return driver.Call{Script: ReplayScript, Keys: []string{b.Key, o.MarkerKey}, Args: args}
+	return args
 }
 
 // Coalesces is true: a grant charged at a later time counts in the same

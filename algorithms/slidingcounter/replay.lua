@@ -1,6 +1,8 @@
 -- holdfast sliding window counter reconciliation: fold one batch of grants
--- that an instance admitted during an outage into the shared counter,
--- exactly once.
+-- that an instance admitted during an outage into the shared counter. This
+-- is the body of driver.NewReplayScript's replay(key, i, n), which
+-- runs it once per batch and keeps the markers that make a batch count
+-- once.
 --
 -- Each grant counts in the fixed window its ORIGINAL time falls in: added
 -- to the current window's count when that is now's window (or later: a
@@ -11,27 +13,18 @@
 -- admitted more than two limits' worth in one window is forgiven the rest,
 -- as a token bucket's debt stops at one bucket.
 --
--- KEYS[1]  the counter: a string "k:c:p", as in slidingcounter.lua
--- KEYS[2]  the batch marker: set in this same call, so a retried batch is a
---          no-op
--- ARGV[1]  L, the limit in units per window
--- ARGV[2]  W, the window in microseconds
--- ARGV[3]  marker TTL in milliseconds
--- ARGV[4]  seed count and ARGV[5] seed time (us; 0: no seed): the
+-- key      the counter: a string "k:c:p", as in slidingcounter.lua
+-- ARGV[i]  L, the limit in units per window
+-- ARGV[i+1]  W, the window in microseconds
+-- ARGV[i+2]  seed count and ARGV[i+3] seed time (us; 0: no seed): the
 --          instance's last known count (the estimate Redis last reported)
 --          and its time; used only when the key is missing (Redis restarted
 --          empty, or the key expired), counted in the window of its time
 --          like a grant
--- ARGV[6], ARGV[7], ...  pairs of grant time (us, Redis clock) and cost
+-- ARGV[i+4], ARGV[i+5], ...  up to ARGV[i+n-1]: pairs of grant time (us,
+--          Redis clock) and cost
 --
--- Reply: {1, units counted} when applied; {0, 0} when the batch was applied
---        before.
--- The marker is checked first and set last (see reconcile's
--- tokenbucket.lua): a script that fails midway leaves no marker, so the
--- retry applies the batch again — at worst counted twice, never lost.
-if redis.call('EXISTS', KEYS[2]) == 1 then
-  return {0, 0}
-end
+-- Reply: {1, units counted}.
 -- idiv is floor(a / b) for integers, exact even where a / b rounds.
 local function idiv(a, b)
   local q = math.floor(a / b)
@@ -43,10 +36,8 @@ local function idiv(a, b)
   return q
 end
 
-local L = tonumber(ARGV[1])
-local W = tonumber(ARGV[2])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local L = tonumber(ARGV[i])
+local W = tonumber(ARGV[i + 1])
 local k, c, p = idiv(now, W), 0, 0
 local added = 0
 -- count adds n units at time at to the window they fall in.
@@ -61,11 +52,11 @@ local function count(at, n)
   end
   added = added + n
 end
-local v = redis.call('GET', KEYS[1])
+local v = redis.call('GET', key)
 if v then
   local sk, sc, sp = string.match(v, '^(%d+):(%d+):(%d+)$')
   if not sk then
-    return redis.error_reply('ERR holdfast reconcile: corrupt state in ' .. KEYS[1])
+    return redis.error_reply('ERR holdfast reconcile: corrupt state in ' .. key)
   end
   sk, sc, sp = tonumber(sk), tonumber(sc), tonumber(sp)
   if sk >= k then
@@ -73,11 +64,11 @@ if v then
   elseif sk == k - 1 then
     p = sc
   end
-elseif tonumber(ARGV[5]) > 0 and tonumber(ARGV[4]) > 0 then
-  count(tonumber(ARGV[5]), tonumber(ARGV[4]))
+elseif tonumber(ARGV[i + 3]) > 0 and tonumber(ARGV[i + 2]) > 0 then
+  count(tonumber(ARGV[i + 3]), tonumber(ARGV[i + 2]))
 end
-for i = 6, #ARGV, 2 do
-  count(tonumber(ARGV[i]), tonumber(ARGV[i + 1]))
+for j = i + 4, i + n - 1, 2 do
+  count(tonumber(ARGV[j]), tonumber(ARGV[j + 1]))
 end
 if added > 0 then
   if c > 2 * L then
@@ -88,7 +79,6 @@ if added > 0 then
   end
   -- The key lives until the end of the next window, as a decision leaves it.
   local life = (k + 2) * W - now
-  redis.call('SET', KEYS[1], string.format('%d:%d:%d', k, c, p), 'PX', string.format('%d', math.floor(life / 1000) + 1))
+  redis.call('SET', key, string.format('%d:%d:%d', k, c, p), 'PX', string.format('%d', math.floor(life / 1000) + 1))
 end
-redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[3])
 return {1, added}

@@ -53,17 +53,21 @@ func TestReplayModel(t *testing.T) {
 	}
 }
 
-// TestReplayCall: KEYS are the counter and the marker, ARGV the policy,
-// the marker's TTL, the seed and the grants' times and costs.
-func TestReplayCall(t *testing.T) {
+// TestReplayArgs: the policy, the seed and the grants' times and costs;
+// reconcile adds the key and the marker.
+func TestReplayArgs(t *testing.T) {
 	p := must(slidingcounter.Policy("sc", 10, 2*time.Second))
 	b := driver.Batch{ID: "i1:e1:1", Key: "hf:{sc:k}", Policy: p, Seed: driver.Seed{Value: 3, At: 77},
 		Grants: []driver.Grant{{ID: "a", Cost: 2, At: 100}, {ID: "b", Cost: 1, At: 101}}}
-	c := p.Algorithm().(driver.Replayer).ReplayCall(&b, driver.ReplayOptions{MarkerKey: "hf:{sc:k}:rb:i1:e1:1", MarkerTTL: 24 * time.Hour, MergeKey: "unused", MergeWindow: time.Second})
-	if c.Script != slidingcounter.ReplayScript || c.Script.Guarded() ||
-		!reflect.DeepEqual(c.Keys, []string{"hf:{sc:k}", "hf:{sc:k}:rb:i1:e1:1"}) ||
-		!reflect.DeepEqual(c.Args, []string{"10", "2000000", "86400000", "3", "77", "100", "2", "101", "1"}) {
-		t.Fatalf("call %s %q %q", c.Script.Name(), c.Keys, c.Args)
+	rp := p.Algorithm().(driver.Replayer)
+	if args := rp.ReplayArgs(nil, &b, driver.ReplayOptions{MergeWindow: time.Second}); rp.ReplayScript() != slidingcounter.ReplayScript ||
+		!reflect.DeepEqual(args, []string{"10", "2000000", "3", "77", "100", "2", "101", "1"}) {
+		t.Fatalf("script %s, args %q", rp.ReplayScript().Name(), args)
+	}
+	c, err := reconcile.New(reconcile.Options{}).Call(&b, false)
+	if err != nil || c.Script.Guarded() || !reflect.DeepEqual(c.Keys, []string{"hf:rb:i1:e1:0", "hf:{sc:k}"}) ||
+		!reflect.DeepEqual(c.Args, []string{"1", "86400000", "1", "8", "10", "2000000", "3", "77", "100", "2", "101", "1"}) {
+		t.Fatalf("call %q %q (%v)", c.Keys, c.Args, err)
 	}
 }
 
@@ -132,9 +136,12 @@ func TestRedisReplay(t *testing.T) {
 		b := driver.Batch{ID: "app1:e1:" + tc.name, Key: key, Policy: p, Seed: seed, Grants: []driver.Grant{
 			{Cost: 4, At: at(-2, 9_000_000)}, {Cost: 2, At: at(-1, 5)}, {Cost: 3, At: at(-1, 9_999_999)}, {Cost: 1, At: at(0, 0)},
 		}}
-		call := p.Algorithm().(driver.Replayer).ReplayCall(&b, driver.ReplayOptions{MarkerKey: key + ":rb:" + b.ID, MarkerTTL: time.Hour})
+		call, err := reconcile.New(reconcile.Options{MarkerTTL: time.Hour}).Call(&b, false)
+		if err != nil {
+			t.Fatal(err)
+		}
 		before := redisNow(t, srv)
-		reply, err := store.Run(ctx, call.Script, call.Keys, call.Args)
+		reply, err := runOne(ctx, store, call)
 		after := redisNow(t, srv)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
@@ -148,7 +155,7 @@ func TestRedisReplay(t *testing.T) {
 		default:
 			t.Fatalf("%s: Redis holds %+v, replied %v; the model %+v (%d) at %d, %+v (%d) at %d", tc.name, got, reply, lo, loAdded, before, hi, hiAdded, after)
 		}
-		if again, err := store.Run(ctx, call.Script, call.Keys, call.Args); err != nil || !reflect.DeepEqual(again, []int64{0, 0}) {
+		if again, err := runOne(ctx, store, call); err != nil || !reflect.DeepEqual(again, []int64{0, 0}) {
 			t.Fatalf("%s: the batch again: %v %v, want [0 0]", tc.name, again, err)
 		}
 		if s, _ := stored(t, srv, key); s != got {
@@ -157,7 +164,7 @@ func TestRedisReplay(t *testing.T) {
 		if pttl, err := strconv.ParseInt(srv.Do(t, "PTTL", key), 10, 64); err != nil || pttl > 2*w/1000+1 {
 			t.Fatalf("%s: PTTL %d ms (%v), want at most two windows", tc.name, pttl, err)
 		}
-		if pttl, err := strconv.ParseInt(srv.Do(t, "PTTL", call.Keys[1]), 10, 64); err != nil || pttl > 3_600_000 || pttl < 3_500_000 {
+		if pttl, err := strconv.ParseInt(srv.Do(t, "PTTL", call.Keys[0]), 10, 64); err != nil || pttl > 3_600_000 || pttl < 3_500_000 {
 			t.Fatalf("%s: marker PTTL %d ms (%v), want about an hour", tc.name, pttl, err)
 		}
 		// A decision now sees the replayed counts: its remaining is the
@@ -170,6 +177,19 @@ func TestRedisReplay(t *testing.T) {
 		}
 		t.Logf("%s: %+v -> %+v, counted %d", tc.name, cur, got, reply[1])
 	}
+}
+
+// runOne runs call, the replay of one batch, and returns the batch's reply.
+func runOne(ctx context.Context, store driver.Store, call driver.Call) ([]int64, error) {
+	reply, err := store.Run(ctx, call.Script, call.Keys, call.Args)
+	if err != nil {
+		return nil, err
+	}
+	rs, ok := driver.SplitReply(reply, 1)
+	if !ok || rs[0] == nil {
+		return nil, fmt.Errorf("replay reply %v", reply)
+	}
+	return rs[0], nil
 }
 
 // TestReconcile: reconcile replays the counter's batches through

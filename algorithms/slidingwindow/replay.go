@@ -12,40 +12,35 @@ import (
 //go:embed replay.lua
 var replaySource string
 
-// ReplayScript is the sliding window's replay: each grant's units are added
-// with their original time and request id, so they count where they
-// happened and a replay adds nothing twice (replay.lua).
-var ReplayScript = driver.NewScript("reconcile_sliding_window", replaySource, nil)
+// ReplayScript is the sliding window's replay (driver.NewReplayScript of
+// replay.lua): each grant's units are added with their original time and
+// request id, so they count where they happened and a replay adds nothing
+// twice.
+var ReplayScript = driver.NewReplayScript("reconcile_sliding_window", replaySource)
 
-// ReplayMultiScript applies several batches in one call, each as
-// ReplayScript would alone (driver.NewMultiReplayScript of replay.lua).
-var ReplayMultiScript = driver.NewMultiReplayScript("reconcile_sliding_window_multi", replaySource)
-
-// MultiReplayScript is ReplayMultiScript.
-func (algorithm) MultiReplayScript() *driver.Script { return ReplayMultiScript }
+// ReplayScript returns ReplayScript.
+func (algorithm) ReplayScript() *driver.Script { return ReplayScript }
 
 var (
-	_ driver.MultiReplayer = algorithm{}
-	_ driver.Quotaer       = algorithm{}
+	_ driver.Replayer = algorithm{}
+	_ driver.Quotaer  = algorithm{}
 )
 
-// ReplayCall returns the replay.lua call for batch b: KEYS the window and
-// the marker; ARGV the window, the marker TTL, the seed and the grants as
-// (time, cost, id) triples.
-func (algorithm) ReplayCall(b *driver.Batch, o driver.ReplayOptions) driver.Call {
+// ReplayArgs appends replay.lua's arguments for batch b: the window, the
+// seed and the grants as (time, cost, id) triples.
+func (algorithm) ReplayArgs(args []string, b *driver.Batch, _ driver.ReplayOptions) []string {
 	i64 := func(v int64) string { return strconv.FormatInt(v, 10) }
-	args := make([]string, 0, 5+3*len(b.Grants))
 	// The seed's member prefix only when there are seed units: every
 	// distinct argument is a new string for the script's Lua heap.
 	prefix := ""
 	if b.Seed.Value > 0 && b.Seed.At > 0 {
 		prefix = "seed:" + b.ID + ":"
 	}
-	args = append(args, i64(b.Policy.Interval().Microseconds()), i64(o.MarkerTTL.Milliseconds()), i64(b.Seed.Value), i64(b.Seed.At), prefix)
+	args = append(args, i64(b.Policy.Interval().Microseconds()), i64(b.Seed.Value), i64(b.Seed.At), prefix)
 	for _, g := range b.Grants {
 		args = append(args, i64(g.At), i64(g.Cost), g.ID)
 	}
-	return driver.Call{Script: ReplayScript, Keys: []string{b.Key, o.MarkerKey}, Args: args}
+	return args
 }
 
 // Coalesces is false: each grant keeps its own time and request id.

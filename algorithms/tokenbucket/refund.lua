@@ -19,7 +19,9 @@ local v = redis.call('GET', KEYS[1])
 if not v then
   return {0}
 end
-local e = tonumber(v)
+-- E, and perhaps a recovery's merge log after it (replay.lua), which a
+-- refund ends as a decision does.
+local e = tonumber(v) or tonumber(string.match(v, '^(%-?%d+)|'))
 if not e then
   return redis.error_reply('ERR holdfast token bucket refund: corrupt state in ' .. KEYS[1])
 end

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/holdfast/holdfast/core"
@@ -15,36 +16,51 @@ import (
 //go:embed replay.lua
 var replaySource string
 
-// ReplayScript is the token bucket's replay: it charges an outage batch its
-// marginal cost in one global bucket fed every grant replayed in the same
-// recovery (replay.lua; Replay is its Go model).
-var ReplayScript = driver.NewScript("reconcile_token_bucket", replaySource, nil)
+// ReplayScript is the token bucket's replay (driver.NewReplayScript of
+// replay.lua): it charges an outage batch its marginal cost in one global
+// bucket fed every grant replayed in the same recovery (Replay is its Go
+// model).
+var ReplayScript = driver.NewReplayScript("reconcile_token_bucket", replaySource)
 
-// ReplayMultiScript applies several batches in one call, each as
-// ReplayScript would alone (driver.NewMultiReplayScript of replay.lua).
-var ReplayMultiScript = driver.NewMultiReplayScript("reconcile_token_bucket_multi", replaySource)
-
-// MultiReplayScript is ReplayMultiScript.
-func (algorithm) MultiReplayScript() *driver.Script { return ReplayMultiScript }
+// ReplayScript returns ReplayScript.
+func (algorithm) ReplayScript() *driver.Script { return ReplayScript }
 
 var (
-	_ driver.MultiReplayer = algorithm{}
-	_ driver.Quotaer       = algorithm{}
+	_ driver.Replayer = algorithm{}
+	_ driver.Quotaer  = algorithm{}
 )
 
-// ReplayCall returns the replay.lua call for batch b: KEYS the bucket, the
-// marker and the merge log; ARGV the policy, the marker TTL, the seed, the
-// merge window and the grants as (time, cost) pairs.
-func (algorithm) ReplayCall(b *driver.Batch, o driver.ReplayOptions) driver.Call {
+// ReplayArgs appends replay.lua's arguments for batch b: the policy, the
+// seed, the merge window and the grants as (time, cost) pairs in time
+// order.
+func (algorithm) ReplayArgs(args []string, b *driver.Batch, o driver.ReplayOptions) []string {
 	p := b.Policy
 	i64 := func(v int64) string { return strconv.FormatInt(v, 10) }
-	args := make([]string, 0, 6+2*len(b.Grants))
-	args = append(args, i64(p.Limit()), i64(p.Interval().Microseconds()), i64(o.MarkerTTL.Milliseconds()),
-		i64(b.Seed.Value), i64(b.Seed.At), i64(o.MergeWindow.Milliseconds()))
-	for _, g := range b.Grants {
+	args = append(args, i64(p.Limit()), i64(p.Interval().Microseconds()),
+		i64(b.Seed.Value), i64(b.Seed.At), i64(o.MergeWindow.Microseconds()))
+	grants := b.Grants
+	if !slices.IsSortedFunc(grants, byTime) {
+		grants = slices.SortedStableFunc(slices.Values(grants), byTime)
+	}
+	for _, g := range grants {
 		args = append(args, i64(g.At), i64(g.Cost))
 	}
-	return driver.Call{Script: ReplayScript, Keys: []string{b.Key, o.MarkerKey, o.MergeKey}, Args: args}
+	return args
+}
+
+func byTime(a, b driver.Grant) int { return cmp.Compare(a.At, b.At) }
+
+// ParseStored reads the E of a bucket's stored value: the decimal E, or
+// E followed by a recovery's merge log ("E|...", replay.lua).
+func ParseStored(v string) (int64, error) {
+	if i := strings.IndexByte(v, '|'); i >= 0 {
+		v = v[:i]
+	}
+	e, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, driver.Errorf(core.ErrMalformedReply, "token bucket value %q", v)
+	}
+	return e, nil
 }
 
 // Coalesces is true: a grant charged later finds less refill, so merging a
@@ -102,7 +118,6 @@ func Replay(cur int64, ok bool, seed driver.Seed, m *MergeLog, c, t, now int64, 
 	prev := slices.Clone(m.Grants)
 	m.Grants = append(m.Grants, grants...)
 	all := slices.Clone(m.Grants)
-	byTime := func(a, b driver.Grant) int { return cmp.Compare(a.At, b.At) }
 	slices.SortStableFunc(prev, byTime)
 	slices.SortStableFunc(all, byTime)
 	// run feeds grants in time order to the base bucket: at each grant it

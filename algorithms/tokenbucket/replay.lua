@@ -1,161 +1,154 @@
 -- holdfast token bucket reconciliation: fold one batch of grants that an
--- instance admitted during an outage into the shared bucket, exactly once,
--- charging each batch its MARGINAL cost in one global bucket.
+-- instance admitted during an outage into the shared bucket, charging the
+-- batch its MARGINAL cost in one global bucket. This is the body of
+-- driver.NewReplayScript's replay(key, i, n), which runs it once per
+-- batch and keeps the markers that make a batch count once.
 --
--- The first batch of a recovery records the bucket as it stood (the base) in
--- a merge log; every batch adds its grants to the log. The bucket fed all
--- logged grants in time order (refilling between grants, capped at capacity)
--- is computed with and without this batch's grants; the difference, at the
--- latest grant time, is what this batch costs, and is charged to the stored
--- bucket. Instances reconciling one after another thus end exactly where one
--- global bucket fed all their grants would be, whatever their order; decisions
--- Redis made meanwhile stay counted. The balance may become a debt, of at
--- most one full bucket.
+-- The first batch of a recovery records the bucket as it stood (the base)
+-- in a merge log; every batch adds its grants to the log. The bucket fed
+-- all logged grants in time order (refilling between grants, capped at
+-- capacity) is computed with and without this batch's grants; the
+-- difference, at the latest grant time, is what this batch costs, and is
+-- charged to the stored bucket. Instances reconciling one after another
+-- thus end exactly where one global bucket fed all their grants would be,
+-- whatever their order; decisions Redis made meanwhile stay counted. The
+-- balance may become a debt, of at most one full bucket.
 --
--- KEYS[1]  the bucket: one integer E, the instant its credit was (or will
---          be) zero, as in tokenbucket.lua; at time x it holds
---          min(C*T, x - E)
--- KEYS[2]  the batch marker: set in this same call, so a retried batch is a
---          no-op
--- KEYS[3]  the merge log: a list, "base E" then "at cost" per grant
--- ARGV[1]  C, capacity in tokens
--- ARGV[2]  T, microseconds to refill one token
--- ARGV[3]  marker TTL in milliseconds
--- ARGV[4]  seed credit (us) and ARGV[5] seed time (us; 0: no seed): the
---          instance's last known state of the bucket, used only when the key
---          is missing (Redis restarted empty, or the key expired when full:
---          refilling from the seed gives the same full bucket)
--- ARGV[6]  merge log TTL in milliseconds, set when the log is created: how
---          long one recovery's replays are merged; it must end before
---          decisions through Redis resume, since those are not in the log
--- ARGV[7], ARGV[8], ...  pairs of grant time (us, Redis clock) and cost
+-- The merge log is kept in the bucket's own value, after its E:
 --
--- Reply: {1, credit, t} when applied (the bucket's credit at Redis time t);
---        {0, 0, 0} when the batch was applied before.
--- The marker is checked first and set last: a script that fails midway
--- (Redis does not roll back) leaves no marker, so the retry applies the batch
--- again — at worst counted twice, never lost.
-if redis.call('EXISTS', KEYS[2]) == 1 then
-  return {0, 0, 0}
-end
-local C = tonumber(ARGV[1])
-local T = tonumber(ARGV[2])
+--   E|S|B|at|cost|at|cost...
+--
+-- S is the Redis time of the log's first batch and B the base (the
+-- bucket's E before it). A decision (tokenbucket.lua) reads the E before
+-- the first '|' and writes E alone, so the first decision through Redis
+-- ends the merge, as it must: the log does not hold that decision's spend.
+-- A log older than the merge window is not read either. One key holds it
+-- all, so a replay writes one key; the first batch of a key costs one GET
+-- and one SET.
+--
+-- key        the bucket (tokenbucket.lua)
+-- ARGV[i]    C, capacity in tokens
+-- ARGV[i+1]  T, microseconds to refill one token
+-- ARGV[i+2]  seed credit (us) and ARGV[i+3] seed time (us; 0: no seed):
+--            the instance's last known state of the bucket, used only when
+--            the key is missing (Redis restarted empty, or the key expired
+--            when full: refilling from the seed gives the same full bucket)
+-- ARGV[i+4]  the merge window in microseconds: how long after its first
+--            batch a merge log is read
+-- ARGV[i+5], ARGV[i+6], ... up to ARGV[i+n-1]: pairs of grant time (us,
+--            Redis clock) and cost, in time order
+--
+-- Reply: {1, credit, now}: the bucket's credit at Redis time now.
+local C = tonumber(ARGV[i])
+local T = tonumber(ARGV[i + 1])
 local full = C * T
+local window = tonumber(ARGV[i + 4])
+local g0, g1 = i + 5, i + n - 1
 
--- The bucket's E. A hash {c, t} left by an earlier holdfast is read as
--- E = t - c (SET below overwrites it); any other type is WRONGTYPE.
-local cur
-local s = redis.pcall('GET', KEYS[1])
+-- The bucket's E, and the merge log after it. A hash {c, t} left by an
+-- earlier holdfast is read as E = t - c (SET below overwrites it); any
+-- other type is WRONGTYPE.
+local cur, log
+local s = redis.pcall('GET', key)
 if type(s) == 'table' then
   if not s.err or string.sub(s.err, 1, 9) ~= 'WRONGTYPE' then
     return redis.error_reply(s.err or 'ERR holdfast reconcile: GET failed')
   end
-  local h = redis.call('HMGET', KEYS[1], 'c', 't')
+  local h = redis.call('HMGET', key, 'c', 't')
   local c, t = tonumber(h[1]), tonumber(h[2])
   if not c or not t then
-    return redis.error_reply('ERR holdfast reconcile: corrupt state in ' .. KEYS[1])
+    return redis.error_reply('ERR holdfast reconcile: corrupt state in ' .. key)
   end
   cur = t - c
 elseif s then
   cur = tonumber(s)
   if not cur then
-    return redis.error_reply('ERR holdfast reconcile: corrupt state in ' .. KEYS[1])
+    local e, rest = string.match(s, '^(%-?%d+)|(.*)$')
+    cur = tonumber(e)
+    if not cur then
+      return redis.error_reply('ERR holdfast reconcile: corrupt state in ' .. key)
+    end
+    log = rest
   end
-elseif tonumber(ARGV[5]) > 0 then
-  cur = tonumber(ARGV[5]) - tonumber(ARGV[4])
+elseif tonumber(ARGV[i + 3]) > 0 then
+  cur = tonumber(ARGV[i + 3]) - tonumber(ARGV[i + 2])
 else
   cur = -full -- a full bucket at any time since the epoch
 end
+if g0 > g1 then
+  local c = math.min(now - cur, full)
+  return {1, c, now}
+end
 
--- A merge log past MAXLOG entries is not read again: a batch then is charged
--- against the stored bucket alone (conservative), so one call's work stays
+-- A merge log past MAXLOG grants is dropped: the next batch then starts a
+-- new one from the stored bucket (conservative), so one call's work stays
 -- bounded on a hot key.
 local MAXLOG = 2000
--- One read: more than MAXLOG entries back means the log is past the bound;
--- none means there is no log yet (it is created with this batch's grants).
-local log = redis.call('LRANGE', KEYS[3], 0, MAXLOG)
-local merging = #log <= MAXLOG
-local base = cur
-local prev, all = {}, {}
-local push = {}
-if not merging then
-  log = {}
-elseif #log > 0 then
-  local b = string.match(log[1], '^base (%-?%d+)$')
-  if b then
-    base = tonumber(b)
+local start, base = now, cur
+local prev, np = nil, 0
+if log then
+  local ls, lb, entries = string.match(log, '^(%-?%d+)|(%-?%d+)(.*)$')
+  if not ls then
+    return redis.error_reply('ERR holdfast reconcile: corrupt merge log in ' .. key)
+  end
+  if now - tonumber(ls) <= window then
+    start, base, prev = tonumber(ls), tonumber(lb), {}
+    for at, c in string.gmatch(entries, '|(%-?%d+)|(%d+)') do
+      np = np + 1
+      prev[np] = {tonumber(at), tonumber(c)}
+    end
   else
-    -- a log an earlier holdfast started: "base c t"
-    local bc, bt = string.match(log[1], '^base (%-?%d+) (%-?%d+)$')
-    if not bc then
-      return redis.error_reply('ERR holdfast reconcile: corrupt merge log ' .. KEYS[3])
-    end
-    base = tonumber(bt) - tonumber(bc)
-  end
-  for i = 2, #log do
-    local at, n = string.match(log[i], '^(%-?%d+) (%d+)$')
-    if not at then
-      return redis.error_reply('ERR holdfast reconcile: corrupt merge log ' .. KEYS[3])
-    end
-    local g = {tonumber(at), tonumber(n)}
-    prev[#prev + 1] = g
-    all[#all + 1] = g
-  end
-else
-  push[1] = string.format('base %d', base)
-end
-local created = #push > 0
-for i = 7, #ARGV, 2 do
-  local g = {tonumber(ARGV[i]), tonumber(ARGV[i + 1])}
-  all[#all + 1] = g
-  if merging then
-    push[#push + 1] = string.format('%d %d', g[1], g[2])
-  end
-  if #push >= 1000 then
-    redis.call('RPUSH', KEYS[3], unpack(push))
-    push = {}
+    log = nil
   end
 end
-if #push > 0 then
-  redis.call('RPUSH', KEYS[3], unpack(push))
-end
-if created then
-  redis.call('PEXPIRE', KEYS[3], ARGV[6])
-end
-
-local function byTime(a, b)
-  return a[1] < b[1]
-end
-table.sort(prev, byTime)
-table.sort(all, byTime)
 
 -- run feeds grants, in time order, to the base bucket and returns its E:
 -- at each grant the bucket holds min(full, g - E), so E is at least g - full
 -- (a full bucket wastes its refill), and the grant adds its cost.
-local function run(grants)
-  local e = base
-  for _, g in ipairs(grants) do
-    if e < g[1] - full then
-      e = g[1] - full
+local e, x
+if not prev then
+  -- The first batch of the merge: it costs what it spends of the stored
+  -- bucket, whose E is the base.
+  e = cur
+  for j = g0, g1, 2 do
+    local at = tonumber(ARGV[j])
+    if e < at - full then
+      e = at - full
     end
-    e = e + g[2] * T
+    e = e + tonumber(ARGV[j + 1]) * T
   end
-  return e
-end
-
-local tm = redis.call('TIME')
-local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
-local e = cur
-local x = now
-if #all > 0 then
+  x = tonumber(ARGV[g1 - 1])
+else
+  local function run(grants)
+    local r = base
+    for _, g in ipairs(grants) do
+      if r < g[1] - full then
+        r = g[1] - full
+      end
+      r = r + g[2] * T
+    end
+    return r
+  end
+  local function byTime(a, b)
+    return a[1] < b[1]
+  end
+  table.sort(prev, byTime)
+  local all = {}
+  for k = 1, np do
+    all[k] = prev[k]
+  end
+  for j = g0, g1, 2 do
+    all[#all + 1] = {tonumber(ARGV[j]), tonumber(ARGV[j + 1])}
+  end
+  table.sort(all, byTime)
   -- The batch costs, at the latest grant x, the credit the logged bucket
   -- holds without it minus what it holds with it.
   x = all[#all][1]
-  local e_all = run(all)
-  local e_prev = run(prev)
+  local e_all, e_prev = run(all), run(prev)
   if e_prev < x - full then
     e_prev = x - full
   end
+  e = cur
   if e < x - full then
     e = x - full
   end
@@ -166,12 +159,29 @@ end
 if e > math.max(now, x) + full then
   e = math.max(now, x) + full
 end
+
+-- The key lives until the bucket is full again, and while the log is read.
 local ttl = math.floor((e + full - now) / 1000) + 1
+local value
+if np + (g1 - g0 + 1) / 2 > MAXLOG then
+  value = string.format('%d', e)
+else
+  -- The grants' own argument strings are the log's: one concat.
+  local grants = table.concat(ARGV, '|', g0, g1)
+  if log then
+    value = string.format('%d|', e) .. log .. '|' .. grants
+  else
+    value = string.format('%d|', e) .. nowS .. string.format('|%d|', base) .. grants
+  end
+  local keep = math.floor((start + window - now) / 1000) + 1
+  if ttl < keep then
+    ttl = keep
+  end
+end
 if ttl < 1 then
   ttl = 1
 end
-redis.call('SET', KEYS[1], string.format('%d', e), 'PX', string.format('%d', ttl))
-redis.call('SET', KEYS[2], '1', 'PX', ARGV[3])
+redis.call('SET', key, value, 'PX', string.format('%d', ttl))
 local c = now - e
 if c > full then
   c = full

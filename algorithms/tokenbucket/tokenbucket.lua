@@ -10,7 +10,9 @@
 -- microsecond, so at any time x the bucket holds min(C*T, x - E); a bucket
 -- updated at t with credit c is stored as E = t - c. One integer is a string
 -- Redis keeps INT-encoded: 72 bytes a key (MEMORY USAGE), against 104 for a
--- "c:t" string and 120 for the hash {c, t} this replaced.
+-- "c:t" string and 120 for the hash {c, t} this replaced. After a
+-- recovery's replay the value may be followed by a merge log
+-- ("E|...", replay.lua); the first decision writes E alone again.
 --
 -- KEYS[1]  the bucket: a string, the decimal E
 -- ARGV[1]  C, capacity in tokens
@@ -52,7 +54,11 @@ local function empty(key)
   end
   local e = tonumber(v)
   if not e then
-    return nil, 'ERR holdfast token bucket: corrupt state in ' .. key
+    -- E and a recovery's merge log after it (replay.lua).
+    e = tonumber(string.match(v, '^(%-?%d+)|'))
+    if not e then
+      return nil, 'ERR holdfast token bucket: corrupt state in ' .. key
+    end
   end
   return e
 end

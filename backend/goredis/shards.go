@@ -35,3 +35,11 @@ func (s *Store) Shards(ctx context.Context) ([]driver.Shard, error) {
 	}
 	return driver.GroupShards(ranges)
 }
+
+// OnCluster reports whether the client is a Redis Cluster client.
+func (s *Store) OnCluster() bool {
+	_, ok := s.c.(*redis.ClusterClient)
+	return ok
+}
+
+var _ driver.ClusterReporter = (*Store)(nil)

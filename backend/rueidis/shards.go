@@ -76,3 +76,8 @@ func slotRow(row rueidis.RedisMessage) (driver.ShardSlots, error) {
 }
 
 var errShort = errors.New("short slot entry")
+
+// OnCluster reports whether the client is a Redis Cluster client.
+func (s *Store) OnCluster() bool { return s.c.Mode() == rueidis.ClientModeCluster }
+
+var _ driver.ClusterReporter = (*Store)(nil)

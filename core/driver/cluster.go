@@ -2,7 +2,9 @@ package driver
 
 import (
 	"context"
+	"strconv"
 	"strings"
+	"sync"
 )
 
 // SlotCount is the number of Redis Cluster hash slots.
@@ -133,3 +135,50 @@ func GroupShards(ranges []ShardSlots) ([]Shard, error) {
 	}
 	return out, nil
 }
+
+// A ClusterReporter is a store that can tell, without a round trip,
+// whether it runs on Redis Cluster.
+type ClusterReporter interface {
+	OnCluster() bool
+}
+
+// OnCluster reports whether s, or the first store s wraps that can tell,
+// runs on Redis Cluster (ClusterReporter). A store that cannot tell is on
+// Cluster when it is Sharded: keys that must share a slot are then given
+// one, which a single Redis accepts too.
+func OnCluster(s Store) bool {
+	for s != nil {
+		switch c := s.(type) {
+		case ClusterReporter:
+			return c.OnCluster()
+		case Sharded:
+			return true
+		}
+		u, ok := s.(Unwrapper)
+		if !ok {
+			return false
+		}
+		s = u.Unwrap()
+	}
+	return false
+}
+
+// SlotTag returns a short hash tag of slot: HashSlot("{" + SlotTag(s) +
+// "}") is s. Keys that must live in a given slot, beside keys of a tag of
+// their own, are named with it.
+func SlotTag(slot int) string {
+	return slotTags()[slot&(SlotCount-1)]
+}
+
+// slotTags is the first base-36 number hashing to each slot, found once.
+var slotTags = sync.OnceValue(func() *[SlotCount]string {
+	var tags [SlotCount]string
+	for n, left := 0, SlotCount; left > 0; n++ {
+		s := strconv.FormatInt(int64(n), 36)
+		if slot := int(crcString(0, s)) & (SlotCount - 1); tags[slot] == "" {
+			tags[slot] = s
+			left--
+		}
+	}
+	return &tags
+})

@@ -10,43 +10,6 @@ import "time"
 // name, so adding an algorithm is adding its package (and registering it,
 // see Register).
 
-// A Replayer is an Algorithm whose grants, made locally during an outage,
-// can be folded back into the store exactly once.
-type Replayer interface {
-	Algorithm
-	// ReplayCall returns the script call that applies batch b's grants to
-	// b.Key once. The script must check o.MarkerKey first, do nothing and
-	// reply {0, …} when it exists, and set it (SET PX o.MarkerTTL) last in
-	// the same call, replying {1, …}: a batch retried after a lost reply
-	// or a crash counts once. Its replies are arrays of at least two
-	// integers.
-	ReplayCall(b *Batch, o ReplayOptions) Call
-	// Coalesces reports whether grants of one key may be logged as one
-	// grant of their summed cost at the latest of their times: true when
-	// charging a grant later never counts it less (a token bucket refills
-	// less), false when each grant must keep its own time or id (a sliding
-	// log).
-	Coalesces() bool
-	// Outdated reports whether a grant of policy p made at store time at
-	// (µs) no longer counts at now: the replay would skip it, so a full
-	// outage log may drop it.
-	Outdated(p Policy, at, now int64) bool
-}
-
-// ReplayOptions are the keys and lifetimes a replay call uses besides the
-// algorithm's own key; reconcile chooses them.
-type ReplayOptions struct {
-	// MarkerKey marks the batch applied; it shares the key's hash tag.
-	MarkerKey string
-	// MarkerTTL is how long the marker lives.
-	MarkerTTL time.Duration
-	// MergeKey is a key the script may use to merge the batches of one
-	// recovery (the token bucket's merge log), sharing the hash tag.
-	MergeKey string
-	// MergeWindow is how long such a merge lives from its first batch.
-	MergeWindow time.Duration
-}
-
 // A Quotaer is an Algorithm that says how a policy's quota reads to a
 // client and to an operator: the q and w of the IETF RateLimit-Policy
 // field, and the most one exact limiter admits over a span.

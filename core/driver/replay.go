@@ -1,0 +1,183 @@
+package driver
+
+import (
+	"strconv"
+	"time"
+)
+
+// A Replayer is an Algorithm whose grants, made locally during an outage,
+// can be folded back into the store exactly once.
+//
+// Its replay script is a body (ReplayBody) that NewReplayScript wraps: the
+// wrapper applies several batches in one call, each batch's body once,
+// and keeps the markers that make each batch count once (see
+// NewReplayScript). The body does the algorithm's own work on one key and
+// nothing else.
+type Replayer interface {
+	Algorithm
+	// ReplayScript returns the algorithm's replay script:
+	// NewReplayScript of its body.
+	ReplayScript() *Script
+	// ReplayArgs appends batch b's arguments for the body to args and
+	// returns the extended slice.
+	ReplayArgs(args []string, b *Batch, o ReplayOptions) []string
+	// Coalesces reports whether grants of one key may be logged as one
+	// grant of their summed cost at the latest of their times: true when
+	// charging a grant later never counts it less (a token bucket refills
+	// less), false when each grant must keep its own time or id (a sliding
+	// log).
+	Coalesces() bool
+	// Outdated reports whether a grant of policy p made at store time at
+	// (µs) no longer counts at now: the replay would skip it, so a full
+	// outage log may drop it.
+	Outdated(p Policy, at, now int64) bool
+}
+
+// ReplayOptions are what a replay's arguments may depend on besides the
+// batch; reconcile chooses them.
+type ReplayOptions struct {
+	// MergeWindow is how long an algorithm may merge the batches of one
+	// recovery (the token bucket's merge log) from the first of them.
+	MergeWindow time.Duration
+}
+
+// NewReplayScript returns the replay script made of body, the Lua of
+//
+//	local function replay(key, i, n)
+//
+// which applies one batch to key: its arguments are ARGV[i] to
+// ARGV[i+n-1], as Replayer.ReplayArgs wrote them. It sees the call's Redis
+// time in µs (one TIME for the whole call) as now, a number, and nowS, its
+// decimal string (Lua's own number to string conversion keeps 14 digits,
+// too few for it). It returns a table of at
+// least two integers, the first 1; or redis.error_reply, and then it must
+// have written nothing. In a call of several batches a Redis error raised
+// inside it (redis.call failing) fails that batch alone; a call of one
+// batch replies the batch's error, whether raised or replied.
+//
+// The script applies the batches of one call in order, after reading
+// their markers, all fields of one hash, in one HMGET; a batch marked
+// there before is not run again and replies {0, 0}. The batches applied
+// are marked in one HSET at the end, and the hash's TTL set again, so a
+// marker lives at least the TTL from its batch. A call that fails before
+// its end (Redis does not roll back) leaves its batches unmarked: they
+// are applied again on retry, at worst counted twice, never lost.
+//
+// Call layout (built by ReplayCall):
+//
+//	KEYS[1]   the marker hash; KEYS[1+b] batch b's key
+//	ARGV[1]   the number of batches; ARGV[2] the marker TTL in ms
+//	then for each batch: its marker field, its number of arguments, and
+//	its arguments
+//
+// Reply: for each batch, its reply's length and then its reply; a length
+// of -1 (and nothing after it) for a batch whose body failed: nothing is
+// known of it but that it was not marked. SplitReply reads it.
+func NewReplayScript(name, body string) *Script {
+	return NewScript(name, replayHead+"local function replay(key, i, n)\n"+body+"\nend\n"+replayTail, nil)
+}
+
+// replayHead declares what a replay body sees besides its arguments.
+const replayHead = `-- holdfast replay (see driver.NewReplayScript)
+local now, nowS
+`
+
+// replayTail is the loop of a replay script (see NewReplayScript).
+const replayTail = `-- holdfast replay loop (see driver.NewReplayScript)
+local nb = tonumber(ARGV[1])
+local fields, first, count = {}, {}, {}
+local p = 3
+for b = 1, nb do
+  fields[b] = ARGV[p]
+  local c = tonumber(ARGV[p + 1])
+  first[b], count[b] = p + 2, c
+  p = p + 2 + c
+end
+local done = redis.call('HMGET', KEYS[1], unpack(fields))
+local t = redis.call('TIME')
+now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+nowS = string.format('%d', now)
+local out, marks = {}, {}
+for b = 1, nb do
+  if done[b] then
+    out[#out + 1] = 2
+    out[#out + 1] = 0
+    out[#out + 1] = 0
+  else
+    local ok, r = true, nil
+    if nb == 1 then
+      -- A lone batch's error is the call's: its caller learns it.
+      r = replay(KEYS[2], first[1], count[1])
+      if type(r) == 'table' and r.err then
+        return r
+      end
+    else
+      ok, r = pcall(replay, KEYS[1 + b], first[b], count[b])
+    end
+    if ok and type(r) == 'table' and not r.err then
+      out[#out + 1] = #r
+      for j = 1, #r do
+        out[#out + 1] = r[j]
+      end
+      marks[#marks + 1] = fields[b]
+      marks[#marks + 1] = '1'
+    else
+      out[#out + 1] = -1
+    end
+  end
+end
+if #marks > 0 then
+  redis.call('HSET', KEYS[1], unpack(marks))
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return out
+`
+
+// A ReplayBatch is one batch of a replay call: its key, its field in the
+// marker hash and the body's arguments.
+type ReplayBatch struct {
+	Key, Field string
+	Args       []string
+}
+
+// ReplayCall returns the call of replay script s that applies batches,
+// in order, with markers in hash marker that live ttl.
+func ReplayCall(s *Script, marker string, ttl time.Duration, batches []ReplayBatch) Call {
+	na := 2
+	for _, b := range batches {
+		na += 2 + len(b.Args)
+	}
+	keys := make([]string, 0, 1+len(batches))
+	args := make([]string, 0, na)
+	keys = append(keys, marker)
+	args = append(args, strconv.Itoa(len(batches)), strconv.FormatInt(max(ttl.Milliseconds(), 1), 10))
+	for _, b := range batches {
+		keys = append(keys, b.Key)
+		args = append(args, b.Field, strconv.Itoa(len(b.Args)))
+		args = append(args, b.Args...)
+	}
+	return Call{Script: s, Keys: keys, Args: args}
+}
+
+// SplitReply splits the reply of a ReplayCall of n batches into each
+// batch's reply; a nil reply is a batch whose body failed (send it again
+// alone to learn its error). ok is false when reply is not the reply of n
+// batches.
+func SplitReply(reply []int64, n int) (replies [][]int64, ok bool) {
+	replies = make([][]int64, n)
+	for i := range n {
+		if len(reply) == 0 {
+			return nil, false
+		}
+		l := reply[0]
+		reply = reply[1:]
+		switch {
+		case l == -1:
+			continue
+		case l < 0 || l > int64(len(reply)):
+			return nil, false
+		}
+		replies[i], reply = reply[:l:l], reply[l:]
+	}
+	return replies, len(reply) == 0
+}

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"pgregory.net/rapid"
 
 	"github.com/holdfast/holdfast/algorithms/slidingcounter"
 	"github.com/holdfast/holdfast/algorithms/slidingwindow"
@@ -410,4 +413,73 @@ func serverCPU(t testing.TB, srv *redistest.Server) time.Duration {
 		}
 	}
 	return time.Duration(total * float64(time.Second))
+}
+
+// TestScriptIsModelProperty: for random buckets (stored, seeded or
+// missing) and random batches of one to three instances replayed one
+// after another, in calls of their own or beside another batch, Redis ends
+// where tokenbucket.Replay, one global bucket fed every grant, does: the
+// first batch through replay.lua's precomputed path, the later ones
+// through its merge log.
+func TestScriptIsModelProperty(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	store := newStore(t, srv)
+	n := 0
+	rapid.Check(t, func(rt *rapid.T) {
+		n++
+		capacity := rapid.Int64Range(1, 20).Draw(rt, "capacity")
+		perSecond := rapid.SampledFrom([]float64{1, 4, 10, 100}).Draw(rt, "perSecond")
+		p, err := tokenbucket.Policy("tb", capacity, perSecond)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		tok := p.Interval().Microseconds()
+		full := capacity * tok
+		now := redisNow(t, srv)
+		key := driver.StorageKey("hf:", "tb", fmt.Sprint("prop-", n))
+		cur, ok := int64(0), false
+		var seed driver.Seed
+		switch rapid.IntRange(0, 2).Draw(rt, "start") {
+		case 0:
+			cur, ok = now-rapid.Int64Range(0, 2*full).Draw(rt, "credit"), true
+			srv.Do(t, "SET", key, fmt.Sprint(cur), "PX", "60000")
+		case 1:
+			seed = driver.Seed{Value: rapid.Int64Range(0, full).Draw(rt, "seedCredit"), At: now - rapid.Int64Range(1, 3_000_000).Draw(rt, "seedAge")}
+		}
+		r := reconcile.New(reconcile.Options{MergeWindow: time.Minute})
+		var m tokenbucket.MergeLog
+		want := cur
+		instances := rapid.IntRange(1, 3).Draw(rt, "instances")
+		for i := range instances {
+			var grants []driver.Grant
+			for range rapid.IntRange(1, 6).Draw(rt, "grants") {
+				grants = append(grants, driver.Grant{Cost: rapid.Int64Range(1, capacity).Draw(rt, "cost"),
+					At: now - rapid.Int64Range(0, 5_000_000).Draw(rt, "age")})
+			}
+			b := driver.Batch{ID: fmt.Sprint("prop", n, "-", i, ":e1:1"), Key: key, Policy: p, Seed: seed, Grants: grants}
+			batches := []driver.Batch{b}
+			if rapid.Bool().Draw(rt, "beside") {
+				other := b
+				other.ID, other.Key = fmt.Sprint("prop", n, "-", i, ":e1:2"), key+":beside"
+				batches = append(batches, other)
+			}
+			before := redisNow(t, srv)
+			for j, err := range r.Reconcile(context.Background(), store, batches) {
+				if err != nil {
+					rt.Fatalf("instance %d batch %d: %v", i, j, err)
+				}
+			}
+			after := redisNow(t, srv)
+			mlo, mhi := m, m
+			mlo.Grants, mhi.Grants = slices.Clone(m.Grants), slices.Clone(m.Grants)
+			lo := tokenbucket.Replay(want, ok, seed, &mlo, capacity, tok, before, grants)
+			hi := tokenbucket.Replay(want, ok, seed, &mhi, capacity, tok, after, grants)
+			got := bucket(t, srv, key)
+			if got < lo || got > hi {
+				rt.Fatalf("instance %d: Redis %d, model %d..%d", i, got, lo, hi)
+			}
+			m, want, ok = mhi, got, true
+		}
+	})
 }

@@ -31,21 +31,39 @@ var (
 )
 
 // ReplayArgs appends replay.lua's arguments for batch b: the policy, the
-// seed, the merge window and the grants as (time, cost) pairs in time
-// order.
+// seed, the merge window, and the grants both as what they make of a
+// bucket fed them alone (see replay.lua) and as text for the merge log.
 func (algorithm) ReplayArgs(args []string, b *driver.Batch, o driver.ReplayOptions) []string {
 	p := b.Policy
+	t := p.Interval().Microseconds()
+	full := p.Limit() * t
 	i64 := func(v int64) string { return strconv.FormatInt(v, 10) }
-	args = append(args, i64(p.Limit()), i64(p.Interval().Microseconds()),
-		i64(b.Seed.Value), i64(b.Seed.At), i64(o.MergeWindow.Microseconds()))
 	grants := b.Grants
 	if !slices.IsSortedFunc(grants, byTime) {
 		grants = slices.SortedStableFunc(slices.Values(grants), byTime)
 	}
-	for _, g := range grants {
-		args = append(args, i64(g.At), i64(g.Cost))
+	// Fed grants in time order, a bucket whose E is e ends at max(e + S,
+	// A): E_k = max(E_k-1, at_k - full) + cost_k × t, unrolled.
+	var s, a, x int64
+	text := make([]byte, 0, 24*len(grants))
+	for k := len(grants) - 1; k >= 0; k-- {
+		g := grants[k]
+		s += g.Cost * t
+		if v := g.At - full + s; k == len(grants)-1 || v > a {
+			a = v
+		}
 	}
-	return args
+	for k, g := range grants {
+		if k > 0 {
+			text = append(text, '|')
+		}
+		text = strconv.AppendInt(text, g.At, 10)
+		text = append(text, '|')
+		text = strconv.AppendInt(text, g.Cost, 10)
+		x = g.At
+	}
+	return append(args, i64(t), i64(full), i64(b.Seed.Value), i64(b.Seed.At), i64(o.MergeWindow.Microseconds()),
+		strconv.Itoa(len(grants)), i64(x), i64(s), i64(a), string(text))
 }
 
 func byTime(a, b driver.Grant) int { return cmp.Compare(a.At, b.At) }

@@ -27,23 +27,31 @@
 -- and one SET.
 --
 -- key        the bucket (tokenbucket.lua)
--- ARGV[i]    C, capacity in tokens
--- ARGV[i+1]  T, microseconds to refill one token
+-- ARGV[i]    T, microseconds to refill one token
+-- ARGV[i+1]  F = C*T, a full bucket's credit in microseconds
 -- ARGV[i+2]  seed credit (us) and ARGV[i+3] seed time (us; 0: no seed):
 --            the instance's last known state of the bucket, used only when
 --            the key is missing (Redis restarted empty, or the key expired
 --            when full: refilling from the seed gives the same full bucket)
 -- ARGV[i+4]  the merge window in microseconds: how long after its first
 --            batch a merge log is read
--- ARGV[i+5], ARGV[i+6], ... up to ARGV[i+n-1]: pairs of grant time (us,
---            Redis clock) and cost, in time order
+-- ARGV[i+5]  m, the number of grants, and ARGV[i+6] x, the latest grant's
+--            time (us, Redis clock)
+-- ARGV[i+7]  S and ARGV[i+8] A: the batch fed alone to a bucket whose E is
+--            e leaves it at max(e + S, A) (S = T * the grants' cost; A = the
+--            most, over grants k, of at_k - F + T * the cost of grants k
+--            and later): what the loop of run below makes of the grants,
+--            computed by ReplayArgs
+-- ARGV[i+9]  the grants, "at|cost|at|cost...", in time order
 --
 -- Reply: {1, credit, now}: the bucket's credit at Redis time now.
-local C = tonumber(ARGV[i])
-local T = tonumber(ARGV[i + 1])
-local full = C * T
-local window = tonumber(ARGV[i + 4])
-local g0, g1 = i + 5, i + n - 1
+local T = tonumber(ARGV[i])
+local full = tonumber(ARGV[i + 1])
+local m = tonumber(ARGV[i + 5])
+if m == 0 then
+  return {1, 0, now}
+end
+local x = tonumber(ARGV[i + 6])
 
 -- The bucket's E, and the merge log after it. A hash {c, t} left by an
 -- earlier holdfast is read as E = t - c (SET below overwrites it); any
@@ -75,10 +83,6 @@ elseif tonumber(ARGV[i + 3]) > 0 then
 else
   cur = -full -- a full bucket at any time since the epoch
 end
-if g0 > g1 then
-  local c = math.min(now - cur, full)
-  return {1, c, now}
-end
 
 -- A merge log past MAXLOG grants is dropped: the next batch then starts a
 -- new one from the stored bucket (conservative), so one call's work stays
@@ -91,7 +95,7 @@ if log then
   if not ls then
     return redis.error_reply('ERR holdfast reconcile: corrupt merge log in ' .. key)
   end
-  if now - tonumber(ls) <= window then
+  if now - tonumber(ls) <= tonumber(ARGV[i + 4]) then
     start, base, prev = tonumber(ls), tonumber(lb), {}
     for at, c in string.gmatch(entries, '|(%-?%d+)|(%d+)') do
       np = np + 1
@@ -105,19 +109,11 @@ end
 -- run feeds grants, in time order, to the base bucket and returns its E:
 -- at each grant the bucket holds min(full, g - E), so E is at least g - full
 -- (a full bucket wastes its refill), and the grant adds its cost.
-local e, x
+local e
 if not prev then
   -- The first batch of the merge: it costs what it spends of the stored
   -- bucket, whose E is the base.
-  e = cur
-  for j = g0, g1, 2 do
-    local at = tonumber(ARGV[j])
-    if e < at - full then
-      e = at - full
-    end
-    e = e + tonumber(ARGV[j + 1]) * T
-  end
-  x = tonumber(ARGV[g1 - 1])
+  e = math.max(cur + tonumber(ARGV[i + 7]), tonumber(ARGV[i + 8]))
 else
   local function run(grants)
     local r = base
@@ -137,8 +133,8 @@ else
   for k = 1, np do
     all[k] = prev[k]
   end
-  for j = g0, g1, 2 do
-    all[#all + 1] = {tonumber(ARGV[j]), tonumber(ARGV[j + 1])}
+  for at, c in string.gmatch('|' .. ARGV[i + 9], '|(%-?%d+)|(%d+)') do
+    all[#all + 1] = {tonumber(at), tonumber(c)}
   end
   table.sort(all, byTime)
   -- The batch costs, at the latest grant x, the credit the logged bucket
@@ -163,17 +159,16 @@ end
 -- The key lives until the bucket is full again, and while the log is read.
 local ttl = math.floor((e + full - now) / 1000) + 1
 local value
-if np + (g1 - g0 + 1) / 2 > MAXLOG then
+if np + m > MAXLOG then
   value = string.format('%d', e)
 else
-  -- The grants' own argument strings are the log's: one concat.
-  local grants = table.concat(ARGV, '|', g0, g1)
+  local grants = ARGV[i + 9]
   if log then
     value = string.format('%d|', e) .. log .. '|' .. grants
   else
     value = string.format('%d|', e) .. nowS .. string.format('|%d|', base) .. grants
   end
-  local keep = math.floor((start + window - now) / 1000) + 1
+  local keep = math.floor((start + tonumber(ARGV[i + 4]) - now) / 1000) + 1
   if ttl < keep then
     ttl = keep
   end

@@ -483,3 +483,28 @@ func TestScriptIsModelProperty(t *testing.T) {
 		}
 	})
 }
+
+// TestMarkerOf: one instance's run of sequence numbers shares a hash named
+// under the key's prefix; on Cluster the hash is in the key's slot.
+func TestMarkerOf(t *testing.T) {
+	key := driver.StorageKey("hf:", "tb", "k")
+	for _, tc := range []struct {
+		key, id     string
+		cluster     bool
+		hash, field string
+	}{
+		{key, "app1:p7:5", false, "hf:rb:app1:p7:0", "5"},
+		{key, "app1:p7:4096", false, "hf:rb:app1:p7:1", "4096"},
+		{"x:" + key, "app1:p7:5", false, "x:hf:rb:app1:p7:0", "5"},
+		{key, "batch-1", false, "hf:rb:batch-1", "-"},
+		{key, "app1:p7:5", true, "hf:{" + driver.SlotTag(driver.HashSlot(key)) + "}:rb:app1:p7:0", "5"},
+	} {
+		hash, field := reconcile.MarkerOf(tc.key, tc.id, tc.cluster)
+		if hash != tc.hash || field != tc.field {
+			t.Errorf("MarkerOf(%q, %q, %v) = %q %q, want %q %q", tc.key, tc.id, tc.cluster, hash, field, tc.hash, tc.field)
+		}
+		if tc.cluster && driver.HashSlot(hash) != driver.HashSlot(tc.key) {
+			t.Errorf("%q: slot %d, key's %d", hash, driver.HashSlot(hash), driver.HashSlot(tc.key))
+		}
+	}
+}

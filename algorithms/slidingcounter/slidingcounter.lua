@@ -43,10 +43,14 @@ local n = tonumber(ARGV[3])
 if not L or not W or not n or L < 1 or W < 1 or n < 1 or n > L then
   return redis.error_reply('ERR holdfast sliding window counter: bad arguments')
 end
+-- NOW: the time the deadline guard read (driver.NewDecisionScript), if it did.
 local now = tonumber(ARGV[4])
 if not now or now <= 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  now = NOW
+  if not now then
+    local t = redis.call('TIME')
+    now = t[1] * 1000000 + t[2]
+  end
 end
 -- The state as of now's window j: a window ago the current count becomes
 -- the previous one; two windows ago both are gone.

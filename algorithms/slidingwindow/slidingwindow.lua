@@ -21,10 +21,14 @@ local id = ARGV[4]
 if not L or not W or not n or L < 1 or W < 1 or n < 1 or n > L or not id or id == '' then
   return redis.error_reply('ERR holdfast sliding window: bad arguments')
 end
+-- NOW: the time the deadline guard read (driver.NewDecisionScript), if it did.
 local now = tonumber(ARGV[5])
 if not now or now <= 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  now = NOW
+  if not now then
+    local t = redis.call('TIME')
+    now = t[1] * 1000000 + t[2]
+  end
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%d', now - W))
 local count = redis.call('ZCARD', KEYS[1])

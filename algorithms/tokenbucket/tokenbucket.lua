@@ -69,10 +69,14 @@ local n = tonumber(ARGV[3])
 if not C or not T or not n or C < 1 or T < 1 or n < 1 or n > C then
   return redis.error_reply('ERR holdfast token bucket: bad arguments')
 end
+-- NOW: the time the deadline guard read (driver.NewDecisionScript), if it did.
 local now = tonumber(ARGV[4])
 if not now or now <= 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  now = NOW
+  if not now then
+    local t = redis.call('TIME')
+    now = t[1] * 1000000 + t[2]
+  end
 end
 local full = C * T
 local credit = full

@@ -143,7 +143,7 @@ func replayTimed(ctx context.Context, r *reconcile.Reconciler, s driver.Store, p
 		for j := range gs {
 			gs[j] = driver.Grant{ID: id + ks + "-" + strconv.Itoa(j), Cost: 1, At: now - int64(grantsPerKey-j)*1000}
 		}
-		batches[k] = driver.Batch{ID: id + ks, Key: driver.StorageKey("hf:", p.Name(), "k"+ks), Policy: p, Grants: gs}
+		batches[k] = driver.Batch{ID: id + "run:" + ks, Key: driver.StorageKey("hf:", p.Name(), "k"+ks), Policy: p, Grants: gs}
 	}
 	*start = time.Now()
 	*failed = 0

@@ -67,3 +67,19 @@ func TestStorageSlot(t *testing.T) {
 		}
 	}
 }
+
+// TestSlotTag: every slot has a tag, and a key named with it hashes to the
+// slot.
+func TestSlotTag(t *testing.T) {
+	seen := map[string]bool{}
+	for s := range SlotCount {
+		tag := SlotTag(s)
+		if tag == "" || seen[tag] || len(tag) > 4 {
+			t.Fatalf("slot %d: tag %q (empty, repeated or long)", s, tag)
+		}
+		seen[tag] = true
+		if got := HashSlot("hf:{" + tag + "}:rb:app1:7:0"); got != s {
+			t.Fatalf("slot %d: tag %q hashes to %d", s, tag, got)
+		}
+	}
+}

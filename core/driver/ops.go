@@ -49,7 +49,7 @@ func RefundArgs(ints []int64, strs ...string) []string {
 // place, and leaves the store's state as it was.
 func NewDecisionScripts(name, src string, local LocalFunc, clone func(prev any) any) (decide, peek *Script) {
 	decide = NewDecisionScript(name, "local PEEK = false\n"+src, local)
-	peek = NewScript(name+"_peek", "local PEEK = true\n"+src, func(prev any, now int64, args []string) (any, []int64, int64, error) {
+	peek = NewScript(name+"_peek", "local NOW\nlocal PEEK = true\n"+src, func(prev any, now int64, args []string) (any, []int64, int64, error) {
 		if prev != nil {
 			prev = clone(prev)
 		}

@@ -238,6 +238,15 @@ func (s *connectingStore) Shards(ctx context.Context) ([]driver.Shard, error) {
 	return nil, s.err()
 }
 
+// OnCluster reports whether the connected store is on Redis Cluster; true
+// before it is connected, when no call reaches Redis anyway.
+func (s *connectingStore) OnCluster() bool {
+	if st := s.store(); st != nil {
+		return driver.OnCluster(st)
+	}
+	return true
+}
+
 // Close stops the background dialling, waits for it and closes the client.
 func (s *connectingStore) Close() {
 	s.once.Do(func() {

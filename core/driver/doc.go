@@ -8,8 +8,8 @@
 // algorithm (algorithms/tokenbucket, …) implements Algorithm with its
 // Script (NewDecisionScripts for a step that spends quota, and its peek),
 // and the capabilities the other layers find by type assertion: Leaser
-// and Lease (an instance's share during an outage), Replayer and
-// MultiReplayer (the replay of an outage's grants), Quotaer, Peeker and
+// and Lease (an instance's share during an outage), Replayer (the replay
+// of an outage's grants, a body NewReplayScript wraps), Quotaer, Peeker and
 // Refunder; Register makes it known by name. Policy, the errors and
 // StoreError are core's too (the same types and values). storetest holds
 // the conformance suite every store runs.

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -335,7 +336,11 @@ func newCell(store driver.Store, o Options, tag string, changed func(from, to St
 		return nil, err
 	}
 	l.leases = leases
-	l.log = newOutageLog(o.ID+":"+uuid.NewString()[:8], o.Prefix, o.MaxLogGrants)
+	// Batch ids are the instance, a process nonce of 60 random bits and a
+	// sequence number: the replay's markers of one instance's run of
+	// sequence numbers share a hash (reconcile), so two processes of one
+	// instance must not share a nonce while their markers live.
+	l.log = newOutageLog(o.ID+":"+strings.ReplaceAll(uuid.NewString(), "-", "")[:16], o.Prefix, o.MaxLogGrants)
 	bo := o.Breaker
 	if bo.Clock == nil {
 		bo.Clock = o.Clock

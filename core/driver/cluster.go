@@ -43,17 +43,24 @@ type Unwrapper interface {
 // ShardedOf returns s, or the first store s wraps, as a Sharded; nil if
 // none is.
 func ShardedOf(s Store) Sharded {
-	for s != nil {
-		if sh, ok := s.(Sharded); ok {
-			return sh
-		}
+	var sh Sharded
+	unwrapped(s, func(s Store) bool {
+		sh, _ = s.(Sharded)
+		return sh != nil
+	})
+	return sh
+}
+
+// unwrapped calls f on s and on each store s wraps (Unwrapper), in order,
+// until f returns true.
+func unwrapped(s Store, f func(Store) bool) {
+	for s != nil && !f(s) {
 		u, ok := s.(Unwrapper)
 		if !ok {
-			return nil
+			return
 		}
 		s = u.Unwrap()
 	}
-	return nil
 }
 
 // HashSlot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of its
@@ -147,20 +154,19 @@ type ClusterReporter interface {
 // Cluster when it is Sharded: keys that must share a slot are then given
 // one, which a single Redis accepts too.
 func OnCluster(s Store) bool {
-	for s != nil {
+	on := false
+	unwrapped(s, func(s Store) bool {
 		switch c := s.(type) {
 		case ClusterReporter:
-			return c.OnCluster()
+			on = c.OnCluster()
 		case Sharded:
-			return true
-		}
-		u, ok := s.(Unwrapper)
-		if !ok {
+			on = true
+		default:
 			return false
 		}
-		s = u.Unwrap()
-	}
-	return false
+		return true
+	})
+	return on
 }
 
 // SlotTag returns a short hash tag of slot: HashSlot("{" + SlotTag(s) +

@@ -83,3 +83,32 @@ func TestSlotTag(t *testing.T) {
 		}
 	}
 }
+
+// reporting is a Sharded store that says whether it is on Cluster.
+type reporting struct {
+	shardedStore
+	on bool
+}
+
+func (r reporting) OnCluster() bool { return r.on }
+
+// TestOnCluster: a store's own answer, found through wrappers, wins; a
+// Sharded store that cannot tell counts as on Cluster; others are not.
+func TestOnCluster(t *testing.T) {
+	for _, tc := range []struct {
+		s    Store
+		want bool
+	}{
+		{wrapped{}, false},
+		{shardedStore{}, true},
+		{wrapped{shardedStore{}}, true},
+		{reporting{on: false}, false},
+		{wrapped{wrapped{reporting{on: false}}}, false},
+		{wrapped{reporting{on: true}}, true},
+		{nil, false},
+	} {
+		if got := OnCluster(tc.s); got != tc.want {
+			t.Errorf("OnCluster(%T %+v) = %v, want %v", tc.s, tc.s, got, tc.want)
+		}
+	}
+}

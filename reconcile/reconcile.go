@@ -23,12 +23,12 @@
 // chunks of its own size).
 //
 // What a replay costs is mostly the script's work per key: on one local
-// Redis 7.0 (go test -bench BenchmarkReconcile ./reconcile, 100k keys of
-// three grants), a token bucket batch costs about 6.4 µs of Redis CPU (a GET
-// and a SET of its key, and a share of its call's HMGET, HSET and TIME).
-// DefaultMultiBatches is 16: 32 and 64 a call were within 3% of it, and 16
-// bounds a call's Redis time to about 0.1 ms, which a decision made
-// meanwhile may wait behind.
+// Redis 7.0 (make bench, BENCHMARKS.md section 4: 100k keys of three
+// grants), a token bucket batch costs about 6.3 µs of Redis CPU (a GET and
+// a SET of its key, and a share of its call's HMGET, HSET and TIME);
+// go test -bench BenchmarkReconcile ./reconcile measures the same.
+// DefaultMultiBatches is 16: it bounds a call's Redis time to about 0.1 ms,
+// which a decision made meanwhile may wait behind.
 package reconcile
 
 import (

@@ -72,8 +72,8 @@ func NewDecisionScript(name, src string, local LocalFunc) *Script {
 // deadlineGuard is the Lua that NewDecisionScript puts first. 64 is '@'.
 //
 // The guard leaves the Redis time it read in NOW (µs; nil when the call has
-// no deadline), for the script to use instead of reading TIME again: one
-// TIME is about a sixth of a token bucket decision's Redis time.
+// no deadline), for the script to use instead of reading TIME again, one
+// of the three commands of a token bucket decision.
 const deadlineGuard = `-- holdfast deadline guard (see core.NewDecisionScript)
 local NOW
 do

@@ -66,9 +66,9 @@ type Options struct {
 	// Reconcile); 1 sends each batch in a call of its own. 0 means
 	// DefaultMultiBatches.
 	MultiBatches int
-	// MultiArgs is the most keys and arguments in one multi-batch call;
-	// a batch with more than half of it is sent on its own. 0 means
-	// DefaultMultiArgs.
+	// MultiArgs is the most keys and arguments in one call of several
+	// batches: a batch that would take a call past it starts the next
+	// call, and a batch of more goes alone. 0 means DefaultMultiArgs.
 	MultiArgs int
 }
 
@@ -118,9 +118,8 @@ func New(o Options) *Reconciler {
 // calls in flight.
 func (r *Reconciler) Reconcile(ctx context.Context, store driver.Store, batches []driver.Batch) []error {
 	errs := make([]error, len(batches))
-	cluster := driver.OnCluster(store)
-	units := r.plan(batches, cluster, errs)
-	alone := r.send(ctx, store, batches, units, errs)
+	prep := r.prepare(batches, driver.OnCluster(store), errs)
+	alone := r.send(ctx, store, batches, r.plan(prep), errs)
 	if len(alone) > 0 {
 		// A batch whose call of several failed with a reply of Redis, or
 		// whose body failed in it, is sent once more on its own: its own
@@ -128,8 +127,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, store driver.Store, batches 
 		// applied and marked is acknowledged by its marker.
 		again := make([]unit, len(alone))
 		for j, i := range alone {
-			rp, _ := replayer(&batches[i])
-			again[j] = r.unitOf(batches, groupOf(&batches[i], rp, cluster), []int{i}, cluster)
+			again[j] = prep[i].unit(r.o.MarkerTTL, []int{i}, prep)
 		}
 		r.send(ctx, store, batches, again, errs)
 	}
@@ -149,23 +147,20 @@ type group struct {
 	marker string
 }
 
-// plan returns the calls that replay batches: the batches of one group go
-// together, up to the bounds of a call. A batch that cannot be replayed
-// gets its error.
-func (r *Reconciler) plan(batches []driver.Batch, cluster bool, errs []error) []unit {
-	var (
-		groups []group
-		parts  [][]int           // each group's open call, by group
-		weight []int             // its keys and arguments
-		open   = map[group]int{} // the index of a group in groups
-		units  []unit
-	)
-	close := func(g int) {
-		if len(parts[g]) > 0 {
-			units = append(units, r.unitOf(batches, groups[g], parts[g], cluster))
-			parts[g], weight[g] = nil, 0
-		}
-	}
+// A prepared batch is what its calls need of it, built once: its group,
+// its part of a call, and the keys and arguments that part adds. ok is
+// false for a batch that cannot be replayed (its error is in errs).
+type prepared struct {
+	group  group
+	batch  driver.ReplayBatch
+	weight int
+	ok     bool
+}
+
+// prepare builds each batch's part of a call; on Cluster (cluster) its
+// marker hash is in the batch key's slot.
+func (r *Reconciler) prepare(batches []driver.Batch, cluster bool, errs []error) []prepared {
+	prep := make([]prepared, len(batches))
 	for i := range batches {
 		b := &batches[i]
 		rp, err := replayer(b)
@@ -173,42 +168,60 @@ func (r *Reconciler) plan(batches []driver.Batch, cluster bool, errs []error) []
 			errs[i] = err
 			continue
 		}
-		gk := groupOf(b, rp, cluster)
-		g, ok := open[gk]
-		if !ok {
-			g = len(groups)
-			open[gk] = g
-			groups, parts, weight = append(groups, gk), append(parts, nil), append(weight, 0)
-		}
-		w := 4 + len(b.Grants)*3 // about the keys and arguments it adds
-		if len(parts[g]) >= r.o.MultiBatches || weight[g]+w > r.o.MultiArgs {
-			close(g)
-		}
-		parts[g], weight[g] = append(parts[g], i), weight[g]+w
+		marker, field := markerOf(b.Key, b.ID, cluster)
+		args := rp.ReplayArgs(nil, b, driver.ReplayOptions{MergeWindow: r.o.MergeWindow})
+		prep[i] = prepared{group: group{script: rp.ReplayScript(), marker: marker},
+			batch: driver.ReplayBatch{Key: b.Key, Field: field, Args: args}, weight: 3 + len(args), ok: true}
 	}
-	for g := range groups {
-		close(g)
-	}
-	return units
+	return prep
 }
 
-// unitOf returns the call that applies batches idx of group g.
-func (r *Reconciler) unitOf(batches []driver.Batch, g group, idx []int, cluster bool) unit {
+// unit returns the call that applies the prepared batches idx, of p's
+// group.
+func (p *prepared) unit(ttl time.Duration, idx []int, prep []prepared) unit {
 	rbs := make([]driver.ReplayBatch, len(idx))
 	for j, i := range idx {
-		b := &batches[i]
-		rp, _ := replayer(b)
-		_, field := markerOf(b.Key, b.ID, cluster)
-		rbs[j] = driver.ReplayBatch{Key: b.Key, Field: field,
-			Args: rp.ReplayArgs(nil, b, driver.ReplayOptions{MergeWindow: r.o.MergeWindow})}
+		rbs[j] = prep[i].batch
 	}
-	return unit{call: driver.ReplayCall(g.script, g.marker, r.o.MarkerTTL, rbs), batches: idx}
+	return unit{call: driver.ReplayCall(p.group.script, p.group.marker, ttl, rbs), batches: idx}
 }
 
-// groupOf returns the group of batch b, whose algorithm is rp.
-func groupOf(b *driver.Batch, rp driver.Replayer, cluster bool) group {
-	marker, _ := markerOf(b.Key, b.ID, cluster)
-	return group{script: rp.ReplayScript(), marker: marker}
+// plan returns the calls that replay the prepared batches: the batches of
+// one group go together, up to MultiBatches and MultiArgs a call.
+func (r *Reconciler) plan(prep []prepared) []unit {
+	var (
+		units []unit
+		first []int   // each group's first batch, by group
+		parts [][]int // each group's open call, by group
+		load  []int   // its keys and arguments
+		index = map[group]int{}
+	)
+	flush := func(g int) {
+		if len(parts[g]) > 0 {
+			units = append(units, prep[first[g]].unit(r.o.MarkerTTL, parts[g], prep))
+			parts[g], load[g] = nil, 0
+		}
+	}
+	for i := range prep {
+		if !prep[i].ok {
+			continue
+		}
+		g, ok := index[prep[i].group]
+		if !ok {
+			g = len(first)
+			index[prep[i].group] = g
+			first, parts, load = append(first, i), append(parts, nil), append(load, 0)
+		}
+		w := prep[i].weight
+		if len(parts[g]) >= r.o.MultiBatches || load[g]+w > r.o.MultiArgs {
+			flush(g)
+		}
+		parts[g], load[g] = append(parts[g], i), load[g]+w
+	}
+	for g := range parts {
+		flush(g)
+	}
+	return units
 }
 
 // send runs the units' calls and records each batch's outcome in errs. It
@@ -339,9 +352,10 @@ func MarkerOf(key, id string, cluster bool) (hash, field string) { return marker
 // Call returns the call that replays batch b alone, as Reconcile sends it
 // to a store on Redis Cluster (cluster) or not.
 func (r *Reconciler) Call(b *driver.Batch, cluster bool) (driver.Call, error) {
-	rp, err := replayer(b)
-	if err != nil {
-		return driver.Call{}, err
+	var errs [1]error
+	prep := r.prepare([]driver.Batch{*b}, cluster, errs[:])
+	if errs[0] != nil {
+		return driver.Call{}, errs[0]
 	}
-	return r.unitOf([]driver.Batch{*b}, groupOf(b, rp, cluster), []int{0}, cluster).call, nil
+	return prep[0].unit(r.o.MarkerTTL, []int{0}, prep).call, nil
 }

@@ -8,7 +8,7 @@ import (
 // A Replayer is an Algorithm whose grants, made locally during an outage,
 // can be folded back into the store exactly once.
 //
-// Its replay script is a body (ReplayBody) that NewReplayScript wraps: the
+// Its replay script is a body that NewReplayScript wraps: the
 // wrapper applies several batches in one call, each batch's body once,
 // and keeps the markers that make each batch count once (see
 // NewReplayScript). The body does the algorithm's own work on one key and

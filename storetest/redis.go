@@ -103,6 +103,8 @@ func RunRedis(t *testing.T, h RedisHarness) {
 		{"script_error_is_not_unavailable", testScriptError},
 		{"error_classes", testErrorClasses},
 		{"deadline_guard", testDeadlineGuard},
+		{"collapse", testCollapse},
+		{"collapse_give_up", testCollapseGiveUp},
 		{"script_flush", testScriptFlush},
 		{"password", testPassword},
 		{"pipeline", func(t *testing.T, h RedisHarness) { runParallel(t, h, pipelineTests) }},

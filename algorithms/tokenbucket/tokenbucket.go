@@ -27,12 +27,24 @@ const Name = "token_bucket"
 // of the script stays an exact integer in Lua's doubles.
 const MaxCredit = 1 << 50
 
+//go:embed bucket.lua
+var bucket string
+
 //go:embed tokenbucket.lua
 var source string
 
+//go:embed many.lua
+var manySource string
+
 // script is the decision; peekScript the same source with PEEK set, the
-// reply without the write (driver.Peeker).
-var script, peekScript = driver.NewDecisionScripts(Name, source, local, cloneState)
+// reply without the write (driver.Peeker). manyScript is several
+// decisions on one key (driver.Many): the policy's C and T shared, a cost
+// each.
+var (
+	script, peekScript = driver.NewDecisionScripts(Name, bucket+source, local, cloneState)
+	manyScript         = driver.NewScript(Name+"_many", bucket+manySource, nil)
+	_                  = script.WithMany(&driver.Many{Script: manyScript, Shared: 2, Each: 1})
+)
 
 // cloneState copies the state the memory store holds, for a peek.
 func cloneState(prev any) any {

@@ -22,47 +22,7 @@
 --
 -- Reply: {allowed (0|1), remaining tokens, retry_after_us, reset_after_us,
 --         now_us}
--- idiv is floor(a / b) for integers, exact even where a / b rounds.
-local function idiv(a, b)
-  local q = math.floor(a / b)
-  if q * b > a then
-    q = q - 1
-  elseif (q + 1) * b <= a then
-    q = q + 1
-  end
-  return q
-end
-
--- empty reads the bucket's E, or nil when the key holds nothing. A hash
--- {c, t} left by an earlier holdfast is read as E = t - c (the next admit
--- overwrites it with the string); any other type is WRONGTYPE.
-local function empty(key)
-  local v = redis.pcall('GET', key)
-  if type(v) == 'table' then
-    if not v.err or string.sub(v.err, 1, 9) ~= 'WRONGTYPE' then
-      return nil, v.err or 'ERR holdfast token bucket: GET failed'
-    end
-    local h = redis.call('HMGET', key, 'c', 't')
-    local c, t = tonumber(h[1]), tonumber(h[2])
-    if not c or not t then
-      return nil, 'ERR holdfast token bucket: corrupt state in ' .. key
-    end
-    return t - c
-  end
-  if not v then
-    return nil
-  end
-  local e = tonumber(v)
-  if not e then
-    -- E and a recovery's merge log after it (replay.lua).
-    e = tonumber(string.match(v, '^(%-?%d+)|'))
-    if not e then
-      return nil, 'ERR holdfast token bucket: corrupt state in ' .. key
-    end
-  end
-  return e
-end
-
+-- (bucket.lua, put before this source, defines idiv and empty.)
 local C = tonumber(ARGV[1])
 local T = tonumber(ARGV[2])
 local n = tonumber(ARGV[3])

@@ -37,6 +37,10 @@ const (
 type StoreOptions struct {
 	// NoCoalesce sends every Run call on its own, on a pooled connection.
 	NoCoalesce bool
+	// NoCollapse sends every decision in a call of its own: without it,
+	// the decisions on one key that arrive while a call on that key is in
+	// flight go together in one call (driver.Many, pipeline.Decisions).
+	NoCollapse bool
 	// Pipelines is the most pipelines of coalesced calls in flight at once,
 	// each on a pooled connection. 0 means DefaultPipelines.
 	Pipelines int

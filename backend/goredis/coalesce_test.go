@@ -101,8 +101,8 @@ func TestCoalescedExact(t *testing.T) {
 		o        goredis.StoreOptions
 		maxBatch int64
 	}{
-		{"defaults", goredis.StoreOptions{}, goredis.DefaultMaxBatch},
-		{"one_pipeline_of_3", goredis.StoreOptions{Pipelines: 1, MaxBatch: 3}, 3},
+		{"defaults", goredis.StoreOptions{NoCollapse: true}, goredis.DefaultMaxBatch},
+		{"one_pipeline_of_3", goredis.StoreOptions{Pipelines: 1, MaxBatch: 3, NoCollapse: true}, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := goredis.NewWithOptions(newClient(t, srv.URL(), relaxed), tc.o)
@@ -143,7 +143,7 @@ func TestCoalescedExact(t *testing.T) {
 // pipeline; every one is sent on its own.
 func TestCoalescedLoneCaller(t *testing.T) {
 	t.Parallel()
-	s := goredis.New(newClient(t, redistest.Start(t).URL(), relaxed))
+	s := coalescing(newClient(t, redistest.Start(t).URL(), relaxed))
 	l, err := core.NewLimiter(s, core.Options{Prefix: "lone:"})
 	if err != nil {
 		t.Fatal(err)
@@ -171,7 +171,7 @@ func TestCoalescedLoneCaller(t *testing.T) {
 func TestCoalescedScriptFlush(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	s := goredis.New(newClient(t, srv.URL(), relaxed))
+	s := coalescing(newClient(t, srv.URL(), relaxed))
 	admin := newClient(t, srv.URL(), relaxed) // t.Fatal is not for the flushing goroutine
 	stop := make(chan struct{})
 	var flushes int
@@ -237,7 +237,7 @@ func cmdCalls(info, cmd string) int {
 func TestCoalescedDeadlines(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	s := goredis.New(newClient(t, srv.URL(), goredis.ClientOptions{}))
+	s := coalescing(newClient(t, srv.URL(), goredis.ClientOptions{}))
 	run := func(d time.Duration, i int) (time.Duration, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), d)
 		defer cancel()
@@ -297,7 +297,7 @@ func TestCoalescedDeadlines(t *testing.T) {
 // and the others are not disturbed.
 func TestCoalescedCanceled(t *testing.T) {
 	t.Parallel()
-	s := goredis.New(newClient(t, redistest.Start(t).URL(), relaxed))
+	s := coalescing(newClient(t, redistest.Start(t).URL(), relaxed))
 	canceled, cancel := context.WithCancel(context.Background())
 	cancel()
 	var wrong atomic.Int64
@@ -326,7 +326,7 @@ func TestCoalescedCanceled(t *testing.T) {
 func TestCoalescedCluster(t *testing.T) {
 	t.Parallel()
 	c := redistest.StartCluster(t, 3, 0)
-	s := goredis.New(newClient(t, c.URL(), relaxed))
+	s := coalescing(newClient(t, c.URL(), relaxed))
 	l, err := core.NewLimiter(s, core.Options{Prefix: "cl:"})
 	if err != nil {
 		t.Fatal(err)
@@ -392,8 +392,8 @@ func BenchmarkRunCoalesced(b *testing.B) {
 	for _, bc := range []struct {
 		name string
 		o    goredis.StoreOptions
-	}{{"direct", goredis.StoreOptions{NoCoalesce: true}}, {"coalesced", goredis.StoreOptions{}},
-		{"coalesced_8_pipelines", goredis.StoreOptions{Pipelines: 8}}} {
+	}{{"direct", goredis.StoreOptions{NoCoalesce: true, NoCollapse: true}}, {"coalesced", goredis.StoreOptions{NoCollapse: true}},
+		{"coalesced_8_pipelines", goredis.StoreOptions{Pipelines: 8, NoCollapse: true}}} {
 		s := goredis.NewWithOptions(newClient(b, url, goredis.ClientOptions{}), bc.o)
 		l, err := core.NewLimiter(s, core.Options{Prefix: "bench:"})
 		if err != nil {
@@ -438,7 +438,7 @@ func BenchmarkRunCoalesced(b *testing.B) {
 func TestCoalescedStall(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	s := goredis.NewWithOptions(newClient(t, srv.URL(), goredis.ClientOptions{ReadTimeout: 3 * time.Second, WriteTimeout: 3 * time.Second}), goredis.StoreOptions{Pipelines: 1})
+	s := goredis.NewWithOptions(newClient(t, srv.URL(), goredis.ClientOptions{ReadTimeout: 3 * time.Second, WriteTimeout: 3 * time.Second}), goredis.StoreOptions{Pipelines: 1, NoCollapse: true})
 	if _, err := s.Run(context.Background(), scriptEcho, []string{"{s}:k"}, []string{"0"}); err != nil {
 		t.Fatalf("healthy: %v", err)
 	}
@@ -473,4 +473,10 @@ func TestCoalescedStall(t *testing.T) {
 		t.Errorf("%d flushers while a pipeline was stalled with calls queued behind it; want more than the 1 configured", stalled)
 	}
 	waitNoFlushers(t, s)
+}
+
+// coalescing is a Store on c that coalesces, with the hot key's decisions
+// not collapsed: the coalescer's tests see every call.
+func coalescing(c redis.UniversalClient) *goredis.Store {
+	return goredis.NewWithOptions(c, goredis.StoreOptions{NoCollapse: true})
 }

@@ -38,3 +38,12 @@ func (s *Store) Flushers() int {
 	defer s.co.mu.Unlock()
 	return s.co.flushers
 }
+
+// CollapseStats returns the calls of several decisions on one key s has
+// sent and the decisions in them; zeros when s does not collapse.
+func (s *Store) CollapseStats() (calls, decisions int64) {
+	if s.dec == nil {
+		return 0, 0
+	}
+	return s.dec.Batched()
+}

@@ -21,11 +21,14 @@ import (
 // when the server has lost its script cache. It never retries. It is safe for
 // concurrent use. Unless built with StoreOptions.NoCoalesce, it sends Run
 // calls that arrive while another is in flight together in pipelines (see
-// StoreOptions).
+// StoreOptions). Unless built with StoreOptions.NoCollapse, the decisions on
+// one key that arrive while a call on that key is in flight wait for it,
+// and then go together in one call (pipeline.Decisions).
 type Store struct {
 	c       redis.UniversalClient
-	scripts sync.Map   // *driver.Script -> *script
-	co      *coalescer // nil with NoCoalesce
+	scripts sync.Map            // *driver.Script -> *script
+	co      *coalescer          // nil with NoCoalesce
+	dec     *pipeline.Decisions // nil with NoCollapse
 }
 
 var (
@@ -50,6 +53,9 @@ func NewWithOptions(c redis.UniversalClient, o StoreOptions) *Store {
 	if !o.NoCoalesce {
 		s.co = newCoalescer(o)
 	}
+	if !o.NoCollapse {
+		s.dec = &pipeline.Decisions{One: s.run, Classify: classify}
+	}
 	return s
 }
 
@@ -70,6 +76,14 @@ func (s *Store) Run(ctx context.Context, sc *driver.Script, keys, args []string)
 	if ctx == nil {
 		return nil, core.ErrNilContext
 	}
+	if s.dec != nil {
+		return s.dec.Run(ctx, sc, keys, args)
+	}
+	return s.run(ctx, sc, keys, args)
+}
+
+// run is Run of one call: coalesced, or on its own.
+func (s *Store) run(ctx context.Context, sc *driver.Script, keys, args []string) ([]int64, error) {
 	if s.co != nil {
 		return s.runCoalesced(ctx, sc, keys, args)
 	}

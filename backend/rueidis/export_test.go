@@ -10,3 +10,12 @@ func SetPipelineSizing(chunk, workers int) (restore func()) {
 	sizing = pipeline.Sizing{Chunk: chunk, Workers: workers}
 	return func() { sizing = old }
 }
+
+// CollapseStats returns the calls of several decisions on one key s has
+// sent and the decisions in them; zeros when s does not collapse.
+func (s *Store) CollapseStats() (calls, decisions int64) {
+	if s.dec == nil {
+		return 0, 0
+	}
+	return s.dec.Batched()
+}

@@ -30,11 +30,17 @@ import (
 // pipeline's writer and reader goroutines; a few callers are not held up
 // by a flush delay, and many share the fewest writes and reads. On
 // another client every call goes as that client sends it.
+//
+// Unless built with StoreOptions.NoCollapse, the decisions on one key that
+// arrive while a call on that key is in flight wait for it, and then go
+// together in one call of their script's Many (pipeline.Decisions): a hot
+// key's callers share one round trip, one read and one write of the key.
 type Store struct {
 	c        rueidis.Client
 	lone     rueidis.Client // nil unless c is NewClient's
 	quick    rueidis.Client // nil unless c is NewClient's, with a MaxFlushDelay
 	inflight atomic.Int64   // Run calls in flight
+	dec      *pipeline.Decisions
 }
 
 var (
@@ -52,9 +58,25 @@ var (
 // connection whose reply is late is dropped (ConnWriteTimeout), and the
 // connections of lone calls (see Store).
 func New(c rueidis.Client) *Store {
+	return NewWithOptions(c, StoreOptions{})
+}
+
+// StoreOptions tunes a Store.
+type StoreOptions struct {
+	// NoCollapse sends every decision in a call of its own: without it,
+	// the decisions on one key that arrive while a call on that key is in
+	// flight go together in one call (driver.Many, pipeline.Decisions).
+	NoCollapse bool
+}
+
+// NewWithOptions is New with options o.
+func NewWithOptions(c rueidis.Client, o StoreOptions) *Store {
 	s := &Store{c: c}
 	if cl, ok := c.(*client); ok {
 		s.lone, s.quick = cl.lone, cl.quick
+	}
+	if !o.NoCollapse {
+		s.dec = &pipeline.Decisions{One: s.run, Classify: classify}
 	}
 	return s
 }
@@ -71,6 +93,26 @@ func (s *Store) Run(ctx context.Context, sc *driver.Script, keys, args []string)
 	if ctx == nil {
 		return nil, core.ErrNilContext
 	}
+	if s.dec != nil {
+		return s.dec.Run(ctx, sc, keys, args)
+	}
+	return s.run(ctx, sc, keys, args)
+}
+
+// run is Run of one call, on its own.
+func (s *Store) run(ctx context.Context, sc *driver.Script, keys, args []string) ([]int64, error) {
+	res, err := s.eval(ctx, sc, keys, args)
+	if err != nil {
+		return nil, err
+	}
+	return parse(sc.Name(), res)
+}
+
+// eval sends EVALSHA of sc, and EVAL when the server answers NOSCRIPT
+// (its script cache was flushed), as rueidis's Lua.Exec does, on the
+// client that suits the calls in flight (see Store). The error is that
+// of a call not sent; the result's error that of one sent.
+func (s *Store) eval(ctx context.Context, sc *driver.Script, keys, args []string) (rueidis.RedisResult, error) {
 	c := s.c
 	switch n := s.inflight.Add(1); {
 	case n == 1 && s.lone != nil:
@@ -85,7 +127,7 @@ func (s *Store) Run(ctx context.Context, sc *driver.Script, keys, args []string)
 			// deadlines, never cancellation).
 			if err := ctx.Err(); err != nil {
 				s.inflight.Add(-1)
-				return nil, classify(sc.Name(), err)
+				return rueidis.RedisResult{}, classify(sc.Name(), err)
 			}
 			ctx = context.WithoutCancel(ctx)
 		}
@@ -97,7 +139,7 @@ func (s *Store) Run(ctx context.Context, sc *driver.Script, keys, args []string)
 	if rerr, ok := rueidis.IsRedisErr(res.Error()); ok && rerr.IsNoScript() {
 		res = s.do(ctx, c, c.B().Eval().Script(sc.Source()).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
 	}
-	return parse(sc.Name(), res)
+	return res, nil
 }
 
 // staleRetries bounds how many stale pooled connections a lone call

@@ -41,6 +41,7 @@ type Script struct {
 	sha     string
 	local   LocalFunc
 	guarded bool
+	many    *Many // see WithMany
 }
 
 // NewScript returns a Script with the given name, Lua source and Go twin. The

@@ -1,0 +1,336 @@
+package pipeline
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
+)
+
+// DefaultMaxDecisions is the most decisions in one call of a Many script.
+const DefaultMaxDecisions = 128
+
+// Decisions sends a store's decision calls so that the decisions on one
+// key that arrive while another on that key is in flight share one call
+// of their script's Many (driver.Many). A decision on a key with nothing
+// in flight is sent at once, alone, on the caller's goroutine, as the
+// store sends any call: a lone caller, and callers on distinct keys, wait
+// for their own round trip only, pipelined as the client pipelines. A
+// decision on a key with a call in flight waits for that call to land;
+// then what waited on the key goes in one call, in the order it came. A
+// hot key's concurrent callers so make one call, one read and one write
+// of the key a round trip, where each would send its own script.
+//
+// Calls of scripts without a Many, and calls that do not fit theirs
+// (driver.Many.Fits), are sent as they come.
+//
+// A waiting decision whose context ends before its call is sent is not
+// sent: its caller gets the context's error, and the store never sees it.
+// One whose context ends after it was taken has an unknown outcome, as a
+// call abandoned in flight. A decision that has waited StallAfter (a slow
+// link, a frozen server) sends what waits on its key at once, in a call
+// of its own beside the one in flight, so that a slow round trip does not
+// hold decisions a whole round trip before they are even sent.
+type Decisions struct {
+	// One sends one call, as the store sends a Run call alone.
+	One func(ctx context.Context, sc *driver.Script, keys, args []string) ([]int64, error)
+	// Classify maps the error of a decision that ended unsent, as Run
+	// maps errors.
+	Classify func(name string, err error) error
+	// MaxDecisions is the most decisions in one call; 0 means
+	// DefaultMaxDecisions.
+	MaxDecisions int
+	// StallAfter is how long a decision waits on a key's call in flight
+	// before it is sent beside it; 0 means DefaultStallAfter.
+	StallAfter time.Duration
+
+	mu    sync.Mutex
+	lanes map[string]*lane // keys with a call in flight
+
+	calls, batched atomic.Int64 // Many calls sent and the decisions in them
+}
+
+// Batched returns the number of Many calls sent and of the decisions they
+// carried.
+func (d *Decisions) Batched() (calls, decisions int64) { return d.calls.Load(), d.batched.Load() }
+
+// A lane is a key with a call in flight, and the decisions waiting on it.
+type lane struct {
+	waiting  []*decision
+	inflight int // calls in flight on the key
+}
+
+var lanePool = sync.Pool{New: func() any { return new(lane) }}
+
+// Decision states. A waiting decision is queued; a call takes it, or its
+// caller gives it up (gone), never both. A taken decision's caller may be
+// chosen to lead the call (leading), or give it up, never both: a caller
+// that gives up never leaves a call unsent.
+const (
+	queued int32 = iota
+	taken
+	leading
+	gone
+)
+
+// A decision is one waiting Run call. Its caller reuses it only once it
+// has received the outcome.
+type decision struct {
+	ctx   context.Context
+	sc    *driver.Script
+	key   string
+	args  []string // a copy
+	state atomic.Int32
+	batch []*decision // the call it leads (errLead)
+	stall *time.Timer
+	done  chan driver.CallResult // buffered: a flight never waits for the caller
+}
+
+var decisionPool = sync.Pool{New: func() any {
+	w := &decision{done: make(chan driver.CallResult, 1), stall: time.NewTimer(time.Hour)}
+	w.stall.Stop()
+	return w
+}}
+
+// Run runs sc on keys and args, as the store's Run. It does not keep keys
+// or args after it returns.
+func (d *Decisions) Run(ctx context.Context, sc *driver.Script, keys, args []string) ([]int64, error) {
+	m := sc.Many()
+	if m == nil || len(keys) != 1 || !m.Fits(args) {
+		return d.One(ctx, sc, keys, args)
+	}
+	key := keys[0]
+	d.mu.Lock()
+	ln := d.lanes[key]
+	if ln == nil {
+		if d.lanes == nil {
+			d.lanes = map[string]*lane{}
+		}
+		ln = lanePool.Get().(*lane)
+		ln.inflight = 1
+		d.lanes[key] = ln
+		d.mu.Unlock()
+		r, err := d.One(ctx, sc, keys, args)
+		d.landed(key)
+		return r, err
+	}
+	if err := ctx.Err(); err != nil {
+		d.mu.Unlock()
+		return nil, d.Classify(sc.Name(), err)
+	}
+	w := decisionPool.Get().(*decision)
+	w.ctx, w.sc, w.key = ctx, sc, key
+	w.args = append(w.args[:0], args...)
+	w.state.Store(queued)
+	ln.waiting = append(ln.waiting, w)
+	d.mu.Unlock()
+	w.stall.Reset(cmp.Or(d.StallAfter, DefaultStallAfter))
+	for {
+		select {
+		case <-w.stall.C:
+			d.kick(key)
+			continue
+		case r := <-w.done:
+			w.stall.Stop()
+			if r.Err == errLead {
+				// This caller sends the next call, its own decision in it.
+				d.lead(key, w.batch)
+				continue
+			}
+			clear(w.args)
+			w.ctx, w.sc, w.key, w.batch = nil, nil, "", nil
+			decisionPool.Put(w)
+			return r.Reply, r.Err
+		case <-ctx.Done():
+			w.stall.Stop()
+			// Not sent if still waiting; else its outcome is unknown. w
+			// stays with its lane or its call and is not reused.
+			if w.state.CompareAndSwap(queued, gone) || w.state.CompareAndSwap(taken, gone) {
+				return nil, d.Classify(sc.Name(), ctx.Err())
+			}
+			// Chosen to lead its call: the call is sent first.
+			r := <-w.done
+			if r.Err == errLead {
+				d.lead(key, w.batch)
+				r = <-w.done
+			}
+			return r.Reply, r.Err
+		}
+	}
+}
+
+// DefaultStallAfter bounds head-of-line waiting (see Decisions), as the
+// go-redis coalescer bounds it; maxStallCalls bounds the calls in flight
+// on one key.
+const (
+	DefaultStallAfter = 2 * time.Millisecond
+	maxStallCalls     = 64
+)
+
+// errLead, as a waiting decision's outcome, makes its caller send the
+// call in its batch: the callers of a key's decisions send its calls in
+// turn, and no goroutine is started for them.
+var errLead = errors.New("holdfast: lead the next call")
+
+// landed ends a call in flight on key: what waited on it goes in the next
+// call, led by the first of its callers, or the key has one call fewer in
+// flight.
+func (d *Decisions) landed(key string) {
+	d.mu.Lock()
+	batch := d.takeLocked(key, nil)
+	d.mu.Unlock()
+	if len(batch) == 0 {
+		return
+	}
+	for _, w := range batch {
+		if w.state.CompareAndSwap(taken, leading) {
+			w.batch = batch
+			w.done <- driver.CallResult{Err: errLead}
+			return
+		}
+	}
+	// Every caller in it gave up: the call still goes, as it was taken.
+	go d.lead(key, batch)
+}
+
+// lead sends batch, a call on key, then hands the next call on.
+func (d *Decisions) lead(key string, batch []*decision) {
+	d.send(batch)
+	d.landed(key)
+}
+
+// kick sends what waits on key now, beside the calls in flight, for a
+// decision that has waited StallAfter.
+func (d *Decisions) kick(key string) {
+	d.mu.Lock()
+	ln := d.lanes[key]
+	var batch []*decision
+	if ln != nil && ln.inflight < maxStallCalls {
+		batch = d.pickLocked(ln, nil)
+		if len(batch) > 0 {
+			ln.inflight++
+		}
+	}
+	d.mu.Unlock()
+	if len(batch) > 0 {
+		go d.lead(key, batch)
+	}
+}
+
+// takeLocked ends a call in flight on key and returns the next call's
+// decisions, taken from the key's lane; with none waiting and no call in
+// flight the key's lane is gone. d.mu is held.
+func (d *Decisions) takeLocked(key string, batch []*decision) []*decision {
+	ln := d.lanes[key]
+	batch = d.pickLocked(ln, batch)
+	if len(batch) > 0 {
+		return batch
+	}
+	ln.inflight--
+	if ln.inflight == 0 {
+		delete(d.lanes, key)
+		ln.waiting = ln.waiting[:0]
+		lanePool.Put(ln)
+	}
+	return batch
+}
+
+// pickLocked appends to batch the first live decision waiting in ln and
+// those after it that can share its call (the same script and shared
+// arguments), up to MaxDecisions; the others keep waiting, in order.
+// d.mu is held.
+func (d *Decisions) pickLocked(ln *lane, batch []*decision) []*decision {
+	maxN := d.MaxDecisions
+	if maxN <= 0 {
+		maxN = DefaultMaxDecisions
+	}
+	var first *decision
+	left := 0
+	for _, w := range ln.waiting {
+		switch {
+		case w.state.Load() == gone:
+			continue // its caller gave up: dropped
+		case first != nil && (len(batch) == maxN || w.sc != first.sc || !w.sc.Many().SameShared(w.args, first.args)):
+			ln.waiting[left] = w
+			left++
+			continue
+		case !w.state.CompareAndSwap(queued, taken):
+			continue
+		}
+		if first == nil {
+			first = w
+		}
+		batch = append(batch, w)
+	}
+	clear(ln.waiting[left:])
+	ln.waiting = ln.waiting[:left]
+	return batch
+}
+
+// send makes batch's call and gives each decision its outcome. A call of
+// one decision is sent as a Run call alone; a call of several is a call
+// of their Many, whose deadline is the latest of theirs (none if one has
+// none), so that a decision with a short deadline does not fail the
+// others.
+func (d *Decisions) send(batch []*decision) {
+	first := batch[0]
+	if len(batch) == 1 {
+		r, err := d.One(first.ctx, first.sc, []string{first.key}, first.args)
+		first.done <- driver.CallResult{Reply: r, Err: err}
+		return
+	}
+	m := first.sc.Many()
+	ctx := context.Background()
+	var latest time.Time
+	forever := false
+	for _, w := range batch {
+		if t, ok := w.ctx.Deadline(); !ok {
+			forever = true
+		} else if t.After(latest) {
+			latest = t
+		}
+	}
+	if !forever {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, latest)
+		defer cancel()
+	}
+	args := make([]string, 0, m.Shared+len(batch)*(m.Each+1))
+	args = append(args, first.args[:m.Shared]...)
+	for _, w := range batch {
+		args = m.AppendDecision(args, w.args)
+	}
+	d.calls.Add(1)
+	d.batched.Add(int64(len(batch)))
+	reply, err := d.One(ctx, m.Script, []string{first.key}, args)
+	if err == nil && len(reply) != 6*len(batch) {
+		err = driver.Errorf(core.ErrMalformedReply, "script %s: %d integers for %d decisions, want %d", m.Script.Name(), len(reply), len(batch), 6*len(batch))
+	}
+	for i, w := range batch {
+		switch {
+		case err != nil:
+			w.done <- driver.CallResult{Err: err}
+		case reply[6*i] == 1:
+			w.done <- driver.CallResult{Err: stale(w.sc.Name())}
+		case reply[6*i] != 0:
+			w.done <- driver.CallResult{Err: driver.Errorf(core.ErrMalformedReply, "script %s: decision %d: status %d, want 0 or 1", m.Script.Name(), i, reply[6*i])}
+		default:
+			w.done <- driver.CallResult{Reply: reply[6*i+1 : 6*i+6 : 6*i+6]}
+		}
+	}
+}
+
+// staleText is the deadline guard's error reply (driver.NewDecisionScript).
+const staleText = "STALE holdfast: the call ran after its deadline"
+
+// stale is the error of a decision a Many call refused at its deadline:
+// the guard's STALE, as a store maps that reply.
+func stale(name string) error {
+	class, reason := ClassifyReply(staleText)
+	return &core.StoreError{Class: class, Reason: reason, Answered: true, Err: driver.Errorf(core.ErrStoreUnavailable, "script %s: %s", name, staleText)}
+}

@@ -54,12 +54,24 @@ const Name = "sliding_window_counter"
 // a limit of 10^9 a second, 18 million a minute, 312 thousand an hour.
 const MaxProduct = 1 << 50
 
+//go:embed counter.lua
+var counter string
+
 //go:embed slidingcounter.lua
 var source string
 
+//go:embed many.lua
+var manySource string
+
 // script is the decision; peekScript the same source with PEEK set, the
-// reply without the write (driver.Peeker).
-var script, peekScript = driver.NewDecisionScripts(Name, source, local, cloneState)
+// reply without the write (driver.Peeker). manyScript is several
+// decisions on one key (driver.Many): the policy's L and W shared, a cost
+// each.
+var (
+	script, peekScript = driver.NewDecisionScripts(Name, counter+source, local, cloneState)
+	manyScript         = driver.NewScript(Name+"_many", counter+manySource, nil)
+	_                  = script.WithMany(&driver.Many{Script: manyScript, Shared: 2, Each: 1})
+)
 
 // cloneState copies the state the memory store holds, for a peek.
 func cloneState(prev any) any {

@@ -26,17 +26,7 @@
 --
 -- Reply: {allowed (0|1), remaining units, retry_after_us, reset_after_us,
 --         now_us}
--- idiv is floor(a / b) for integers, exact even where a / b rounds.
-local function idiv(a, b)
-  local q = math.floor(a / b)
-  if q * b > a then
-    q = q - 1
-  elseif (q + 1) * b <= a then
-    q = q + 1
-  end
-  return q
-end
-
+-- (counter.lua, put before this source, defines idiv, read and judge.)
 local L = tonumber(ARGV[1])
 local W = tonumber(ARGV[2])
 local n = tonumber(ARGV[3])
@@ -52,74 +42,16 @@ if not now or now <= 0 then
     now = t[1] * 1000000 + t[2]
   end
 end
--- The state as of now's window j: a window ago the current count becomes
--- the previous one; two windows ago both are gone.
-local j = idiv(now, W)
-local k, c, p = j, 0, 0
-local v = redis.call('GET', KEYS[1])
-if v then
-  local sk, sc, sp = string.match(v, '^(%d+):(%d+):(%d+)$')
-  if not sk then
-    return redis.error_reply('ERR holdfast sliding window counter: corrupt state in ' .. KEYS[1])
-  end
-  sk, sc, sp = tonumber(sk), tonumber(sc), tonumber(sp)
-  if sk >= j then
-    k, c, p = sk, sc, sp
-  elseif sk == j - 1 then
-    p = sc
-  end
+local k, c, p = read(KEYS[1], now, L, W)
+if not k then
+  return redis.error_reply(c)
 end
-if c > 2 * L then
-  c = 2 * L
-end
-if p > 2 * L then
-  p = 2 * L
-end
-local start = k * W
-local e = 0
-if now > start then
-  e = now - start
-end
--- The previous window's weighted count, rounded up.
-local pw = idiv(p * (W - e) + W - 1, W)
-if c + n + pw <= L then
-  c = c + n
-  -- The key lives until both counts have left the window: reset time.
-  local life = start + 2 * W - now
+local ok, c2, remaining, retry, reset = judge(L, W, now, k, c, p, n)
+if ok then
   -- PEEK (set before this source: slidingcounter.go) answers without counting.
   if not PEEK then
-    redis.call('SET', KEYS[1], string.format('%d:%d:%d', k, c, p), 'PX', string.format('%d', math.floor(life / 1000) + 1))
+    redis.call('SET', KEYS[1], string.format('%d:%d:%d', k, c2, p), 'PX', string.format('%d', math.floor(reset / 1000) + 1))
   end
-  return {1, L - c - pw, 0, life, now}
-end
--- Denied. The same cost fits once p * (W - e') <= (L - c - n) * W in this
--- window, or else once c * (W - e') <= (L - n) * W in the next.
-local retry
-local e1 = W
-local room = L - c - n
-if p > 0 and room >= 0 then
-  e1 = W - idiv(room * W, p)
-end
-if e1 < W then
-  retry = start + e1 - now
-else
-  local e2 = 0
-  if c > 0 then
-    e2 = W - idiv((L - n) * W, c)
-    if e2 < 0 then
-      e2 = 0
-    end
-  end
-  retry = start + W + e2 - now
-end
-local reset = 0
-if c > 0 then
-  reset = start + 2 * W - now
-elseif p > 0 then
-  reset = start + W - now
-end
-local remaining = L - c - pw
-if remaining < 0 then
-  remaining = 0
+  return {1, remaining, 0, reset, now}
 end
 return {0, remaining, retry, reset, now}

@@ -25,12 +25,24 @@ const Name = "sliding_window"
 // sorted-set member in Redis, about 100 bytes each.
 const MaxLimit = 1_000_000
 
+//go:embed window.lua
+var window string
+
 //go:embed slidingwindow.lua
 var source string
 
+//go:embed many.lua
+var manySource string
+
 // script is the decision; peekScript the same source with PEEK set, the
-// reply without the write (driver.Peeker).
-var script, peekScript = driver.NewDecisionScripts(Name, source, local, cloneState)
+// reply without the write (driver.Peeker). manyScript is several
+// decisions on one key (driver.Many): the policy's L and W shared, a cost
+// and an id each.
+var (
+	script, peekScript = driver.NewDecisionScripts(Name, window+source, local, cloneState)
+	manyScript         = driver.NewScript(Name+"_many", window+manySource, nil)
+	_                  = script.WithMany(&driver.Many{Script: manyScript, Shared: 2, Each: 2})
+)
 
 // cloneState copies the state the memory store holds, for a peek.
 func cloneState(prev any) any {

@@ -14,6 +14,7 @@
 --
 -- Reply: {allowed (0|1), remaining units, retry_after_us, reset_after_us,
 --         now_us}
+-- (window.lua, put before this source, defines denied and add.)
 local L = tonumber(ARGV[1])
 local W = tonumber(ARGV[2])
 local n = tonumber(ARGV[3])
@@ -33,29 +34,11 @@ end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%d', now - W))
 local count = redis.call('ZCARD', KEYS[1])
 if count + n > L then
-  -- The k-th oldest unit must leave the window before n more fit.
-  local k = count + n - L
-  local kth = redis.call('ZRANGE', KEYS[1], k - 1, k - 1, 'WITHSCORES')
-  local newest = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-  local remaining = L - count
-  if remaining < 0 then
-    remaining = 0
-  end
-  return {0, remaining, tonumber(kth[2]) + W - now, tonumber(newest[2]) + W - now, now}
-end
-local z = {}
-local score = string.format('%d', now)
-for i = 0, n - 1 do
-  z[#z + 1] = score
-  if i == 0 then
-    z[#z + 1] = id
-  else
-    z[#z + 1] = id .. '#' .. i
-  end
+  return denied(KEYS[1], L, W, now, count, n)
 end
 -- PEEK (set before this source: slidingwindow.go) answers without adding.
 if not PEEK then
-  redis.call('ZADD', KEYS[1], unpack(z))
+  add(KEYS[1], now, n, id)
   -- The key lives until the unit just added leaves the window.
   redis.call('PEXPIRE', KEYS[1], math.floor(W / 1000) + 1)
 end

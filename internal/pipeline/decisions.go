@@ -20,9 +20,11 @@ const DefaultMaxDecisions = 128
 // of their script's Many (driver.Many). A decision on a key with nothing
 // in flight is sent at once, alone, on the caller's goroutine, as the
 // store sends any call: a lone caller, and callers on distinct keys, wait
-// for their own round trip only, pipelined as the client pipelines. A
-// decision on a key with a call in flight waits for that call to land;
-// then what waited on the key goes in one call, in the order it came. A
+// for their own round trip only, pipelined as the client pipelines. So
+// does a decision on a key with one call in flight and none waiting
+// (laneDepth). A decision on a key with more in flight waits for a call to
+// land; then what waited on the key goes in one call, in the order it
+// came. A
 // hot key's concurrent callers so make one call, one read and one write
 // of the key a round trip, where each would send its own script.
 //
@@ -112,8 +114,10 @@ func (d *Decisions) Run(ctx context.Context, sc *driver.Script, keys, args []str
 			d.lanes = map[string]*lane{}
 		}
 		ln = lanePool.Get().(*lane)
-		ln.inflight = 1
 		d.lanes[key] = ln
+	}
+	if ln.inflight < laneDepth && len(ln.waiting) == 0 {
+		ln.inflight++
 		d.mu.Unlock()
 		r, err := d.One(ctx, sc, keys, args)
 		d.landed(key)
@@ -164,6 +168,12 @@ func (d *Decisions) Run(ctx context.Context, sc *driver.Script, keys, args []str
 	}
 }
 
+// laneDepth is how many calls on one key are sent as they come before
+// decisions wait: with two, Redis runs one while the reply of the other
+// travels and its callers wake (G=16 on one key: about 92k decisions/s
+// against 87k with one, in an ad hoc run; G=64 alike).
+const laneDepth = 2
+
 // DefaultStallAfter bounds head-of-line waiting (see Decisions), as the
 // go-redis coalescer bounds it; maxStallCalls bounds the calls in flight
 // on one key.
@@ -198,10 +208,13 @@ func (d *Decisions) landed(key string) {
 	go d.lead(key, batch)
 }
 
-// lead sends batch, a call on key, then hands the next call on.
+// lead sends batch, a call on key, hands the next call on, and then gives
+// each decision its outcome: the next call is on its way while the
+// callers of this one wake.
 func (d *Decisions) lead(key string, batch []*decision) {
-	d.send(batch)
+	reply, err := d.call(batch)
 	d.landed(key)
+	d.deliver(batch, reply, err)
 }
 
 // kick sends what waits on key now, beside the calls in flight, for a
@@ -272,17 +285,14 @@ func (d *Decisions) pickLocked(ln *lane, batch []*decision) []*decision {
 	return batch
 }
 
-// send makes batch's call and gives each decision its outcome. A call of
-// one decision is sent as a Run call alone; a call of several is a call
-// of their Many, whose deadline is the latest of theirs (none if one has
-// none), so that a decision with a short deadline does not fail the
-// others.
-func (d *Decisions) send(batch []*decision) {
+// call makes batch's call and returns its reply. A call of one decision
+// is sent as a Run call alone; a call of several is a call of their Many,
+// whose deadline is the latest of theirs (none if one has none), so that
+// a decision with a short deadline does not fail the others.
+func (d *Decisions) call(batch []*decision) ([]int64, error) {
 	first := batch[0]
 	if len(batch) == 1 {
-		r, err := d.One(first.ctx, first.sc, []string{first.key}, first.args)
-		first.done <- driver.CallResult{Reply: r, Err: err}
-		return
+		return d.One(first.ctx, first.sc, []string{first.key}, first.args)
 	}
 	m := first.sc.Many()
 	ctx := context.Background()
@@ -311,6 +321,17 @@ func (d *Decisions) send(batch []*decision) {
 	if err == nil && len(reply) != 6*len(batch) {
 		err = driver.Errorf(core.ErrMalformedReply, "script %s: %d integers for %d decisions, want %d", m.Script.Name(), len(reply), len(batch), 6*len(batch))
 	}
+	return reply, err
+}
+
+// deliver gives each decision of batch its outcome from the call's reply
+// or error.
+func (d *Decisions) deliver(batch []*decision, reply []int64, err error) {
+	if len(batch) == 1 {
+		batch[0].done <- driver.CallResult{Reply: reply, Err: err}
+		return
+	}
+	m := batch[0].sc.Many()
 	for i, w := range batch {
 		switch {
 		case err != nil:

@@ -19,7 +19,8 @@ var (
 	fakeDecision = driver.NewDecisionScript("fake", "-- one", nil).WithMany(&driver.Many{Script: fakeMany, Shared: 1, Each: 1})
 )
 
-// fakeStore is a store whose first call blocks until released; a call of
+// fakeStore is a store whose single calls of cost 9 block until released
+// (the calls in flight that decisions then wait on: inFlight); a call of
 // the decision replies its cost as its remaining count, a Many call each
 // decision's so, or STALE for a decision with deadline "@1".
 type fakeStore struct {
@@ -31,10 +32,9 @@ type fakeStore struct {
 
 func (f *fakeStore) one(ctx context.Context, sc *driver.Script, keys, args []string) ([]int64, error) {
 	f.mu.Lock()
-	first := len(f.calls) == 0
 	f.calls = append(f.calls, append([]string{sc.Name(), keys[0]}, args...))
 	f.mu.Unlock()
-	if first && f.gate != nil {
+	if sc != fakeMany && args[1] == "9" {
 		<-f.gate
 	}
 	if err := ctx.Err(); err != nil {
@@ -91,6 +91,43 @@ func waitFor(t *testing.T, d *Decisions, key string, n int) {
 	}
 }
 
+// inFlight starts laneDepth decisions of cost 9 on "hot", which block in
+// flight until f.gate is closed, and waits until they are sent.
+func inFlight(t *testing.T, f *fakeStore, d *Decisions) []chan outcome {
+	t.Helper()
+	var chs []chan outcome
+	for range laneDepth {
+		chs = append(chs, start(context.Background(), d, "hot", "P", "9"))
+	}
+	for deadline := time.Now().Add(5 * time.Second); len(f.seen()) < laneDepth; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d calls sent, want %d", len(f.seen()), laneDepth)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return chs
+}
+
+// landAll closes f's gate and waits for the decisions in flight.
+func landAll(t *testing.T, f *fakeStore, chs []chan outcome) {
+	t.Helper()
+	close(f.gate)
+	for _, ch := range chs {
+		if o := <-ch; o.err != nil || o.reply[1] != 9 {
+			t.Fatalf("decision in flight: %v, %v", o.reply, o.err)
+		}
+	}
+}
+
+// blocked is the calls inFlight made.
+func blocked() [][]string {
+	var c [][]string
+	for range laneDepth {
+		c = append(c, []string{"fake", "hot", "P", "9"})
+	}
+	return c
+}
+
 type outcome struct {
 	reply []int64
 	err   error
@@ -111,10 +148,7 @@ func start(ctx context.Context, d *Decisions, key string, args ...string) chan o
 // its own reply; a decision on another key meanwhile goes at once.
 func TestDecisionsCollapse(t *testing.T) {
 	f, d := newFake()
-	first := start(context.Background(), d, "hot", "P", "9")
-	for len(f.seen()) == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	first := inFlight(t, f, d)
 	var waits []chan outcome
 	for i := range 4 {
 		args := []string{"P", strconv.Itoa(i + 1)}
@@ -129,10 +163,7 @@ func TestDecisionsCollapse(t *testing.T) {
 	if r, err := d.Run(context.Background(), fakeDecision, []string{"cold"}, []string{"P", "5"}); err != nil || r[1] != 5 {
 		t.Fatalf("a decision on another key: %v, %v; want it decided at once", r, err)
 	}
-	close(f.gate)
-	if o := <-first; o.err != nil || o.reply[1] != 9 {
-		t.Fatalf("first decision: %v, %v", o.reply, o.err)
-	}
+	landAll(t, f, first)
 	for i, ch := range waits {
 		o := <-ch
 		if i == 2 {
@@ -146,11 +177,10 @@ func TestDecisionsCollapse(t *testing.T) {
 			t.Errorf("decision %d: %v, %v; want its own reply", i, o.reply, o.err)
 		}
 	}
-	want := [][]string{
-		{"fake", "hot", "P", "9"},
-		{"fake", "cold", "P", "5"},
-		{"fake_many", "hot", "P", "1", "", "2", "", "3", "@1", "4", "@99"},
-	}
+	want := append(blocked(),
+		[]string{"fake", "cold", "P", "5"},
+		[]string{"fake_many", "hot", "P", "1", "", "2", "", "3", "@1", "4", "@99"},
+	)
 	if got := f.seen(); !slices.EqualFunc(got, want, slices.Equal) {
 		t.Errorf("calls %q, want %q", got, want)
 	}
@@ -166,10 +196,7 @@ func TestDecisionsCollapse(t *testing.T) {
 // never sent; the one after it goes alone when the call ahead lands.
 func TestDecisionsGiveUp(t *testing.T) {
 	f, d := newFake()
-	first := start(context.Background(), d, "hot", "P", "1")
-	for len(f.seen()) == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	first := inFlight(t, f, d)
 	ctx, cancel := context.WithCancel(context.Background())
 	gone := start(ctx, d, "hot", "P", "2")
 	waitFor(t, d, "hot", 1)
@@ -179,12 +206,11 @@ func TestDecisionsGiveUp(t *testing.T) {
 	if o := <-gone; !errors.Is(o.err, context.Canceled) {
 		t.Fatalf("given-up decision: %v, want its context's error", o.err)
 	}
-	close(f.gate)
-	<-first
+	landAll(t, f, first)
 	if o := <-stays; o.err != nil || o.reply[1] != 3 {
 		t.Fatalf("decision after it: %v, %v", o.reply, o.err)
 	}
-	want := [][]string{{"fake", "hot", "P", "1"}, {"fake", "hot", "P", "3"}}
+	want := append(blocked(), []string{"fake", "hot", "P", "3"})
 	if got := f.seen(); !slices.EqualFunc(got, want, slices.Equal) {
 		t.Errorf("calls %q, want %q: the given-up decision was sent", got, want)
 	}
@@ -195,16 +221,12 @@ func TestDecisionsGiveUp(t *testing.T) {
 func TestDecisionsMalformed(t *testing.T) {
 	f, d := newFake()
 	f.badMany = true
-	first := start(context.Background(), d, "hot", "P", "1")
-	for len(f.seen()) == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	first := inFlight(t, f, d)
 	a := start(context.Background(), d, "hot", "P", "2")
 	waitFor(t, d, "hot", 1)
 	b := start(context.Background(), d, "hot", "P", "3")
 	waitFor(t, d, "hot", 2)
-	close(f.gate)
-	<-first
+	landAll(t, f, first)
 	for _, ch := range []chan outcome{a, b} {
 		if o := <-ch; !errors.Is(o.err, core.ErrMalformedReply) {
 			t.Errorf("got %v, %v; want ErrMalformedReply", o.reply, o.err)
@@ -216,18 +238,14 @@ func TestDecisionsMalformed(t *testing.T) {
 // not fit it, never wait.
 func TestDecisionsOthersAlone(t *testing.T) {
 	f, d := newFake()
-	first := start(context.Background(), d, "hot", "P", "1")
-	for len(f.seen()) == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	first := inFlight(t, f, d)
 	// One argument too many for the Many: sent at once, beside the first.
 	if r, err := d.Run(context.Background(), fakeDecision, []string{"hot"}, []string{"P", "2", "x"}); err != nil || r[1] != 2 {
 		t.Fatalf("%v, %v", r, err)
 	}
-	close(f.gate)
-	<-first
-	if n := len(f.seen()); n != 2 {
-		t.Errorf("%d calls, want 2", n)
+	landAll(t, f, first)
+	if n := len(f.seen()); n != laneDepth+1 {
+		t.Errorf("%d calls, want %d", n, laneDepth+1)
 	}
 }
 
@@ -236,10 +254,7 @@ func TestDecisionsOthersAlone(t *testing.T) {
 func TestDecisionsStall(t *testing.T) {
 	f, d := newFake()
 	d.StallAfter = 200 * time.Millisecond
-	first := start(context.Background(), d, "hot", "P", "1")
-	for len(f.seen()) == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	first := inFlight(t, f, d)
 	a := start(context.Background(), d, "hot", "P", "2")
 	b := start(context.Background(), d, "hot", "P", "3")
 	for _, ch := range []chan outcome{a, b} {
@@ -247,14 +262,15 @@ func TestDecisionsStall(t *testing.T) {
 			t.Fatalf("%v, %v", o.reply, o.err)
 		}
 	}
-	select {
-	case <-first:
-		t.Fatal("the first call landed: it was to stay in flight")
-	default:
+	for _, ch := range first {
+		select {
+		case <-ch:
+			t.Fatal("a call in flight landed: it was to stay in flight")
+		default:
+		}
 	}
-	close(f.gate)
-	<-first
-	if got := f.seen(); len(got) != 2 || got[1][0] != "fake_many" {
-		t.Errorf("calls %q, want the first and one call of the two behind it", got)
+	landAll(t, f, first)
+	if got := f.seen(); len(got) != laneDepth+1 || got[laneDepth][0] != "fake_many" {
+		t.Errorf("calls %q, want those in flight and one call of the two behind them", got)
 	}
 }

@@ -170,8 +170,9 @@ func (d *Decisions) Run(ctx context.Context, sc *driver.Script, keys, args []str
 
 // laneDepth is how many calls on one key are sent as they come before
 // decisions wait: with two, Redis runs one while the reply of the other
-// travels and its callers wake (G=16 on one key: about 92k decisions/s
-// against 87k with one, in an ad hoc run; G=64 alike).
+// travels and its callers wake. Chosen with the harness's hot-key rows
+// (bench/, G=16 and G=64): one did no better at either, more did worse at
+// G=64, where the calls carry fewer decisions each.
 const laneDepth = 2
 
 // DefaultStallAfter bounds head-of-line waiting (see Decisions), as the

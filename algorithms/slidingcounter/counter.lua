@@ -2,16 +2,7 @@
 -- and several on one key (many.lua) share. The state is described in
 -- slidingcounter.lua.
 
--- idiv is floor(a / b) for integers, exact even where a / b rounds.
-local function idiv(a, b)
-  local q = math.floor(a / b)
-  if q * b > a then
-    q = q - 1
-  elseif (q + 1) * b <= a then
-    q = q + 1
-  end
-  return q
-end
+-- (idiv: driver.LuaIDiv, put before this source.)
 
 -- read returns the counter in key as of now's window: its window k, its
 -- count c and the previous window's p; or nil and an error. A window ago

@@ -2,7 +2,7 @@
 -- order, at one instant of Redis time (driver.Many). Each is what
 -- slidingcounter.lua decides alone at that instant; the counter is read
 -- once and written once.
--- (counter.lua, put before this source, defines idiv, read and judge.)
+-- (counter.lua, put before this source, defines read and judge.)
 --
 -- KEYS[1]  the counter
 -- ARGV[1]  L, the limit in units per window; ARGV[2] W, the window in us

@@ -25,16 +25,7 @@
 --          Redis clock) and cost
 --
 -- Reply: {1, units counted}.
--- idiv is floor(a / b) for integers, exact even where a / b rounds.
-local function idiv(a, b)
-  local q = math.floor(a / b)
-  if q * b > a then
-    q = q - 1
-  elseif (q + 1) * b <= a then
-    q = q + 1
-  end
-  return q
-end
+-- (idiv: driver.LuaIDiv, in every replay script.)
 
 local L = tonumber(ARGV[i])
 local W = tonumber(ARGV[i + 1])

@@ -68,8 +68,8 @@ var manySource string
 // decisions on one key (driver.Many): the policy's L and W shared, a cost
 // each.
 var (
-	script, peekScript = driver.NewDecisionScripts(Name, counter+source, local, cloneState)
-	manyScript         = driver.NewScript(Name+"_many", counter+manySource, nil)
+	script, peekScript = driver.NewDecisionScripts(Name, driver.LuaIDiv+counter+source, local, cloneState)
+	manyScript         = driver.NewScript(Name+"_many", driver.LuaIDiv+counter+manySource, nil)
 	_                  = script.WithMany(&driver.Many{Script: manyScript, Shared: 2, Each: 1})
 )
 

@@ -26,7 +26,7 @@
 --
 -- Reply: {allowed (0|1), remaining units, retry_after_us, reset_after_us,
 --         now_us}
--- (counter.lua, put before this source, defines idiv, read and judge.)
+-- (counter.lua, put before this source, defines read and judge.)
 local L = tonumber(ARGV[1])
 local W = tonumber(ARGV[2])
 local n = tonumber(ARGV[3])

@@ -1,16 +1,7 @@
 -- holdfast token bucket: what one decision (tokenbucket.lua) and several
 -- on one key (many.lua) share. The state is described in tokenbucket.lua.
 
--- idiv is floor(a / b) for integers, exact even where a / b rounds.
-local function idiv(a, b)
-  local q = math.floor(a / b)
-  if q * b > a then
-    q = q - 1
-  elseif (q + 1) * b <= a then
-    q = q + 1
-  end
-  return q
-end
+-- (idiv: driver.LuaIDiv, put before this source.)
 
 -- empty reads the bucket's E, or nil when the key holds nothing. A hash
 -- {c, t} left by an earlier holdfast is read as E = t - c (the next admit
@@ -40,4 +31,22 @@ local function empty(key)
     end
   end
   return e
+end
+
+-- credit_at returns the credit the bucket in key holds at now, when a full
+-- bucket holds full (a key that holds nothing is a full bucket); or nil
+-- and an error.
+local function credit_at(key, now, full)
+  local e, err = empty(key)
+  if err then
+    return nil, err
+  end
+  if not e then
+    return full
+  end
+  local credit = now - e
+  if credit > full then
+    credit = full
+  end
+  return credit
 end

@@ -1,7 +1,7 @@
 -- holdfast token bucket: several decisions on one key, in order, at one
 -- instant of Redis time (driver.Many). Each is what tokenbucket.lua
 -- decides alone at that instant; the bucket is read once and written once.
--- (bucket.lua, put before this source, defines idiv and empty.)
+-- (bucket.lua, put before this source, defines empty and credit_at.)
 --
 -- KEYS[1]  the bucket
 -- ARGV[1]  C, capacity in tokens; ARGV[2] T, microseconds a token
@@ -24,16 +24,9 @@ end
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
 local full = C * T
-local credit = full
-local e, err = empty(KEYS[1])
+local credit, err = credit_at(KEYS[1], now, full)
 if err then
   return redis.error_reply(err)
-end
-if e then
-  credit = now - e
-  if credit > full then
-    credit = full
-  end
 end
 local out, o, spent = {}, 0, false
 for i = 3, #ARGV, 2 do

@@ -41,8 +41,8 @@ var manySource string
 // decisions on one key (driver.Many): the policy's C and T shared, a cost
 // each.
 var (
-	script, peekScript = driver.NewDecisionScripts(Name, bucket+source, local, cloneState)
-	manyScript         = driver.NewScript(Name+"_many", bucket+manySource, nil)
+	script, peekScript = driver.NewDecisionScripts(Name, driver.LuaIDiv+bucket+source, local, cloneState)
+	manyScript         = driver.NewScript(Name+"_many", driver.LuaIDiv+bucket+manySource, nil)
 	_                  = script.WithMany(&driver.Many{Script: manyScript, Shared: 2, Each: 1})
 )
 

@@ -22,7 +22,7 @@
 --
 -- Reply: {allowed (0|1), remaining tokens, retry_after_us, reset_after_us,
 --         now_us}
--- (bucket.lua, put before this source, defines idiv and empty.)
+-- (bucket.lua, put before this source, defines empty and credit_at.)
 local C = tonumber(ARGV[1])
 local T = tonumber(ARGV[2])
 local n = tonumber(ARGV[3])
@@ -39,16 +39,9 @@ if not now or now <= 0 then
   end
 end
 local full = C * T
-local credit = full
-local e, err = empty(KEYS[1])
+local credit, err = credit_at(KEYS[1], now, full)
 if err then
   return redis.error_reply(err)
-end
-if e then
-  credit = now - e
-  if credit > full then
-    credit = full
-  end
 end
 local need = n * T
 if credit < need then

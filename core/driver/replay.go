@@ -80,7 +80,7 @@ func NewReplayScript(name, body string) *Script {
 // replayHead declares what a replay body sees besides its arguments.
 const replayHead = `-- holdfast replay (see driver.NewReplayScript)
 local now, nowS
-`
+` + LuaIDiv
 
 // replayTail is the loop of a replay script (see NewReplayScript).
 const replayTail = `-- holdfast replay loop (see driver.NewReplayScript)

@@ -90,6 +90,22 @@ do
 end
 `
 
+// LuaIDiv is the Lua of idiv(a, b), floor(a / b) for integers, exact even
+// where a / b rounds: the integer division every script that divides
+// shares. Replay scripts have it (NewReplayScript); a decision script's
+// source starts with it where it needs it.
+const LuaIDiv = `-- idiv is floor(a / b) for integers, exact even where a / b rounds.
+local function idiv(a, b)
+  local q = math.floor(a / b)
+  if q * b > a then
+    q = q - 1
+  elseif (q + 1) * b <= a then
+    q = q + 1
+  end
+  return q
+end
+`
+
 // DeadlineArg is the last ARGV that asks a decision script's guard to
 // refuse the call after deadline, in the store's clock in microseconds
 // since the Unix epoch.

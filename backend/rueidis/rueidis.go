@@ -99,20 +99,11 @@ func (s *Store) Run(ctx context.Context, sc *driver.Script, keys, args []string)
 	return s.run(ctx, sc, keys, args)
 }
 
-// run is Run of one call, on its own.
+// run is Run of one call, on its own: EVALSHA of sc, and EVAL when the
+// server answers NOSCRIPT (its script cache was flushed), as rueidis's
+// Lua.Exec does, on the client that suits the calls in flight (see
+// Store).
 func (s *Store) run(ctx context.Context, sc *driver.Script, keys, args []string) ([]int64, error) {
-	res, err := s.eval(ctx, sc, keys, args)
-	if err != nil {
-		return nil, err
-	}
-	return parse(sc.Name(), res)
-}
-
-// eval sends EVALSHA of sc, and EVAL when the server answers NOSCRIPT
-// (its script cache was flushed), as rueidis's Lua.Exec does, on the
-// client that suits the calls in flight (see Store). The error is that
-// of a call not sent; the result's error that of one sent.
-func (s *Store) eval(ctx context.Context, sc *driver.Script, keys, args []string) (rueidis.RedisResult, error) {
 	c := s.c
 	switch n := s.inflight.Add(1); {
 	case n == 1 && s.lone != nil:
@@ -127,7 +118,7 @@ func (s *Store) eval(ctx context.Context, sc *driver.Script, keys, args []string
 			// deadlines, never cancellation).
 			if err := ctx.Err(); err != nil {
 				s.inflight.Add(-1)
-				return rueidis.RedisResult{}, classify(sc.Name(), err)
+				return nil, classify(sc.Name(), err)
 			}
 			ctx = context.WithoutCancel(ctx)
 		}
@@ -139,7 +130,7 @@ func (s *Store) eval(ctx context.Context, sc *driver.Script, keys, args []string
 	if rerr, ok := rueidis.IsRedisErr(res.Error()); ok && rerr.IsNoScript() {
 		res = s.do(ctx, c, c.B().Eval().Script(sc.Source()).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
 	}
-	return res, nil
+	return parse(sc.Name(), res)
 }
 
 // staleRetries bounds how many stale pooled connections a lone call

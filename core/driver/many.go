@@ -4,10 +4,11 @@ import "strings"
 
 // Many is a script that makes several decisions on one key in one call:
 // the decisions of a decision script s (NewDecisionScript) that arrive
-// while another of s on that key is in flight. A store may send them
-// together (WithMany): one EVALSHA, one read and one write of the key for
-// all of them, where each would pay its own, so a hot key's concurrent
-// callers share a round trip and a fraction of the Redis time. The
+// while others of s on that key are in flight. A store may send them
+// together in one call of s's Many (s.WithMany gives it; the Redis stores
+// do, through pipeline.Decisions): one EVALSHA, one read and one write of
+// the key for all of them, where each would pay its own, so a hot key's
+// concurrent callers share a round trip and a fraction of the Redis time. The
 // decisions are made in order, at one instant of Redis time, each as s
 // would make it alone at that instant.
 //

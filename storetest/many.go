@@ -83,8 +83,8 @@ func CheckMany(t *testing.T, c ManyCase) {
 			rt.Fatal(err)
 		}
 		arr, _ := v.([]any)
-		if len(arr) != 6*n {
-			rt.Fatalf("reply %v for %d decisions, want %d integers", v, n, 6*n)
+		if len(arr) != driver.ManyStride*n {
+			rt.Fatalf("reply %v for %d decisions, want %d integers", v, n, driver.ManyStride*n)
 		}
 		reply := make([]int64, len(arr))
 		for i, e := range arr {
@@ -93,7 +93,7 @@ func CheckMany(t *testing.T, c ManyCase) {
 		at := int64(0)
 		for i := range n {
 			if !stale[i] {
-				at = reply[6*i+5]
+				at = reply[driver.ManyStride*i+driver.ManyStride-1]
 				break
 			}
 		}
@@ -102,10 +102,10 @@ func CheckMany(t *testing.T, c ManyCase) {
 			rt.Fatal(err)
 		}
 		for i := range n {
-			got := reply[6*i : 6*i+6]
+			got := reply[driver.ManyStride*i : driver.ManyStride*(i+1)]
 			if stale[i] {
-				if got[0] != 1 {
-					rt.Fatalf("decision %d past its deadline: %v, want status 1", i, got)
+				if got[0] != driver.ManyStale {
+					rt.Fatalf("decision %d past its deadline: %v, want status driver.ManyStale", i, got)
 				}
 				continue
 			}

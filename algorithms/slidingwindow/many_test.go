@@ -67,21 +67,21 @@ func TestManyIsSingleProperty(t *testing.T) {
 			args = append(args, strconv.FormatInt(d.cost, 10), d.id, dl)
 		}
 		reply := evalInts(rt, rc, m.Script, a, args)
-		if len(reply) != 6*n {
+		if len(reply) != driver.ManyStride*n {
 			rt.Fatalf("%d integers for %d decisions", len(reply), n)
 		}
 		at := int64(0)
 		for i, d := range decs {
 			if !d.stale {
-				at = reply[6*i+5]
+				at = reply[driver.ManyStride*i+driver.ManyStride-1]
 				break
 			}
 		}
 		for i, d := range decs {
-			got := reply[6*i : 6*i+6]
+			got := reply[driver.ManyStride*i : driver.ManyStride*(i+1)]
 			if d.stale {
-				if got[0] != 1 {
-					rt.Fatalf("decision %d past its deadline: %v, want status 1", i, got)
+				if got[0] != driver.ManyStale {
+					rt.Fatalf("decision %d past its deadline: %v, want status driver.ManyStale", i, got)
 				}
 				continue
 			}

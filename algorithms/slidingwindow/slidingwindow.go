@@ -35,13 +35,12 @@ var source string
 var manySource string
 
 // script is the decision; peekScript the same source with PEEK set, the
-// reply without the write (driver.Peeker). manyScript is several
+// reply without the write (driver.Peeker); its Many is several
 // decisions on one key (driver.Many): the policy's L and W shared, a cost
 // and an id each.
 var (
 	script, peekScript = driver.NewDecisionScripts(Name, window+source, local, cloneState)
-	manyScript         = driver.NewScript(Name+"_many", window+manySource, nil)
-	_                  = script.WithMany(&driver.Many{Script: manyScript, Shared: 2, Each: 2})
+	_                  = script.WithMany(driver.NewMany(Name+"_many", window+manySource, 2, 2))
 )
 
 // cloneState copies the state the memory store holds, for a peek.

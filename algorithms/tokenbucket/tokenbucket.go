@@ -37,13 +37,12 @@ var source string
 var manySource string
 
 // script is the decision; peekScript the same source with PEEK set, the
-// reply without the write (driver.Peeker). manyScript is several
+// reply without the write (driver.Peeker); its Many is several
 // decisions on one key (driver.Many): the policy's C and T shared, a cost
 // each.
 var (
 	script, peekScript = driver.NewDecisionScripts(Name, driver.LuaIDiv+bucket+source, local, cloneState)
-	manyScript         = driver.NewScript(Name+"_many", driver.LuaIDiv+bucket+manySource, nil)
-	_                  = script.WithMany(&driver.Many{Script: manyScript, Shared: 2, Each: 1})
+	_                  = script.WithMany(driver.NewMany(Name+"_many", driver.LuaIDiv+bucket+manySource, 2, 1))
 )
 
 // cloneState copies the state the memory store holds, for a peek.

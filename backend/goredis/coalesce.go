@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/holdfast/holdfast/core/driver"
+	"github.com/holdfast/holdfast/internal/pipeline"
 )
 
 // Defaults of StoreOptions.
@@ -153,7 +154,7 @@ func (s *Store) received(ctx context.Context, p *pending, r driver.CallResult, s
 // calls are then sent about as they come, as without coalescing. An extra
 // flusher leaves after its pipeline.
 const (
-	stallAfter       = 2 * time.Millisecond
+	stallAfter       = pipeline.DefaultStallAfter
 	maxStallFlushers = 64
 )
 

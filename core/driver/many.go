@@ -1,6 +1,6 @@
 package driver
 
-import "strings"
+import "strconv"
 
 // Many is a script that makes several decisions on one key in one call:
 // the decisions of a decision script s (NewDecisionScript) that arrive
@@ -20,13 +20,93 @@ import "strings"
 //	       ones in its call of s, and its deadline: its DeadlineArg, or
 //	       "" when it has none
 //
-// Reply: for each decision, in order, six integers: 0 and its reply as s
-// gives it; or 1 and five zeros when its deadline had passed, and it was
-// not decided (the guard's STALE). An error reply is the error of every
-// decision: the script must then have written nothing.
+// Reply: for each decision, in order, ManyStride integers: 0 and its
+// reply as s gives it; or ManyStale and five zeros when its deadline had
+// passed, and it was not decided (the guard's STALE). SplitMany reads it.
+// An error reply is the error of every decision: the script must then
+// have written nothing.
+//
+// NewMany makes one from the algorithm's Lua, which sees what every Many
+// shares (manyHead): the call's Redis time as now, costs_ok and
+// decide_each, which keeps the reply's layout.
 type Many struct {
 	Script       *Script
 	Shared, Each int
+}
+
+// ManyStride is the integers of one decision in a Many reply, and
+// ManyStale the status of one refused at its deadline.
+const (
+	ManyStride = 1 + ReplyLen
+	ManyStale  = 1
+)
+
+// NewMany returns the Many named name whose decisions take shared and
+// each arguments, made of src, the Lua after manyHead.
+func NewMany(name, src string, shared, each int) *Many {
+	head := "local FIRST, EACH = " + strconv.Itoa(shared+1) + ", " + strconv.Itoa(each) + "\n" + manyHead
+	return &Many{Script: NewScript(name, head+src, nil), Shared: shared, Each: each}
+}
+
+// manyHead is what every Many script shares: the call's time, the check
+// of the costs and the loop that decides each decision in turn.
+const manyHead = `-- holdfast: several decisions on one key (driver.NewMany)
+local now
+do
+  local t = redis.call('TIME')
+  now = t[1] * 1000000 + t[2]
+end
+
+-- costs_ok reports whether every decision's cost, its first argument, is
+-- an integer in 1..max.
+local function costs_ok(max)
+  for i = FIRST, #ARGV, EACH + 1 do
+    local n = tonumber(ARGV[i])
+    if not n or n < 1 or n > max then
+      return false
+    end
+  end
+  return true
+end
+
+-- decide_each calls decide(i), i a decision's first argument, for each
+-- decision in order whose deadline has not passed at now, and returns the
+-- reply: for each decision 0 and the five integers decide returned, or 1
+-- (stale, not decided) and five zeros. 64 is '@'.
+local function decide_each(decide)
+  local out, o = {}, 0
+  for i = FIRST, #ARGV, EACH + 1 do
+    local d = ARGV[i + EACH]
+    if d ~= '' and string.byte(d, 1) == 64 and now > tonumber(string.sub(d, 2)) then
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = 1, 0, 0, 0, 0, 0
+    else
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = 0, decide(i)
+    end
+    o = o + 6
+  end
+  return out
+end
+`
+
+// SplitMany splits the reply of a Many call of n decisions into each
+// one's reply (nil for a decision refused at its deadline); ok is false
+// when reply is not the reply of n decisions.
+func SplitMany(reply []int64, n int) (replies [][]int64, ok bool) {
+	if len(reply) != n*ManyStride {
+		return nil, false
+	}
+	replies = make([][]int64, n)
+	for i := range n {
+		r := reply[i*ManyStride : (i+1)*ManyStride : (i+1)*ManyStride]
+		switch r[0] {
+		case 0:
+			replies[i] = r[1:]
+		case ManyStale:
+		default:
+			return nil, false
+		}
+	}
+	return replies, true
 }
 
 // WithMany gives decision script s its Many, m, and returns s. It is
@@ -60,8 +140,8 @@ func (m *Many) SameShared(a, b []string) bool {
 // decision script with args, to those of a Many call.
 func (m *Many) AppendDecision(out, args []string) []string {
 	d := ""
-	if n := len(args); n > 0 && strings.HasPrefix(args[n-1], "@") {
-		d = args[n-1]
+	if t := TrimDeadline(args); len(t) < len(args) {
+		d = args[len(t)]
 	}
 	out = append(out, args[m.Shared:m.Shared+m.Each]...)
 	return append(out, d)

@@ -12,8 +12,8 @@ import (
 	"github.com/holdfast/holdfast/core/driver"
 )
 
-// DefaultMaxDecisions is the most decisions in one call of a Many script.
-const DefaultMaxDecisions = 128
+// maxDecisions is the most decisions in one call of a Many script.
+const maxDecisions = 128
 
 // Decisions sends a store's decision calls so that the decisions on one
 // key that arrive while another on that key is in flight share one call
@@ -24,9 +24,8 @@ const DefaultMaxDecisions = 128
 // does a decision on a key with one call in flight and none waiting
 // (laneDepth). A decision on a key with more in flight waits for a call to
 // land; then what waited on the key goes in one call, in the order it
-// came. A
-// hot key's concurrent callers so make one call, one read and one write
-// of the key a round trip, where each would send its own script.
+// came. A hot key's concurrent callers so make one call, one read and one
+// write of the key a round trip, where each would send its own script.
 //
 // Calls of scripts without a Many, and calls that do not fit theirs
 // (driver.Many.Fits), are sent as they come.
@@ -44,9 +43,6 @@ type Decisions struct {
 	// Classify maps the error of a decision that ended unsent, as Run
 	// maps errors.
 	Classify func(name string, err error) error
-	// MaxDecisions is the most decisions in one call; 0 means
-	// DefaultMaxDecisions.
-	MaxDecisions int
 	// StallAfter is how long a decision waits on a key's call in flight
 	// before it is sent beside it; 0 means DefaultStallAfter.
 	StallAfter time.Duration
@@ -256,20 +252,16 @@ func (d *Decisions) takeLocked(key string, batch []*decision) []*decision {
 
 // pickLocked appends to batch the first live decision waiting in ln and
 // those after it that can share its call (the same script and shared
-// arguments), up to MaxDecisions; the others keep waiting, in order.
+// arguments), up to maxDecisions; the others keep waiting, in order.
 // d.mu is held.
 func (d *Decisions) pickLocked(ln *lane, batch []*decision) []*decision {
-	maxN := d.MaxDecisions
-	if maxN <= 0 {
-		maxN = DefaultMaxDecisions
-	}
 	var first *decision
 	left := 0
 	for _, w := range ln.waiting {
 		switch {
 		case w.state.Load() == gone:
 			continue // its caller gave up: dropped
-		case first != nil && (len(batch) == maxN || w.sc != first.sc || !w.sc.Many().SameShared(w.args, first.args)):
+		case first != nil && (len(batch) == maxDecisions || w.sc != first.sc || !w.sc.Many().SameShared(w.args, first.args)):
 			ln.waiting[left] = w
 			left++
 			continue
@@ -318,11 +310,7 @@ func (d *Decisions) call(batch []*decision) ([]int64, error) {
 	}
 	d.calls.Add(1)
 	d.batched.Add(int64(len(batch)))
-	reply, err := d.One(ctx, m.Script, []string{first.key}, args)
-	if err == nil && len(reply) != 6*len(batch) {
-		err = driver.Errorf(core.ErrMalformedReply, "script %s: %d integers for %d decisions, want %d", m.Script.Name(), len(reply), len(batch), 6*len(batch))
-	}
-	return reply, err
+	return d.One(ctx, m.Script, []string{first.key}, args)
 }
 
 // deliver gives each decision of batch its outcome from the call's reply
@@ -332,17 +320,21 @@ func (d *Decisions) deliver(batch []*decision, reply []int64, err error) {
 		batch[0].done <- driver.CallResult{Reply: reply, Err: err}
 		return
 	}
-	m := batch[0].sc.Many()
+	var replies [][]int64
+	if err == nil {
+		var ok bool
+		if replies, ok = driver.SplitMany(reply, len(batch)); !ok {
+			err = driver.Errorf(core.ErrMalformedReply, "script %s: reply of %d integers is not that of %d decisions", batch[0].sc.Many().Script.Name(), len(reply), len(batch))
+		}
+	}
 	for i, w := range batch {
 		switch {
 		case err != nil:
 			w.done <- driver.CallResult{Err: err}
-		case reply[6*i] == 1:
+		case replies[i] == nil:
 			w.done <- driver.CallResult{Err: stale(w.sc.Name())}
-		case reply[6*i] != 0:
-			w.done <- driver.CallResult{Err: driver.Errorf(core.ErrMalformedReply, "script %s: decision %d: status %d, want 0 or 1", m.Script.Name(), i, reply[6*i])}
 		default:
-			w.done <- driver.CallResult{Reply: reply[6*i+1 : 6*i+6 : 6*i+6]}
+			w.done <- driver.CallResult{Reply: replies[i]}
 		}
 	}
 }

@@ -288,7 +288,13 @@ func TestBatchedPipelines(t *testing.T) {
 						t.Fatalf("%s alone batch %d: %v", p.Name(), i, err)
 					}
 				}
-				for _, k := range []int{0, 1, n / 2, n - 1} {
+				// Keys on both sides of Reconcile's slices (1024
+				// batches) and spread over the set.
+				check := []int{0, 1, 1023, 1024, 2047, 2048, n - 1}
+				for k := 5; k < n; k += 97 {
+					check = append(check, k)
+				}
+				for _, k := range check {
 					got, want := state(t, srv, p, batches[k].Key), state(t, srv, p, alone[k].Key)
 					if got != want {
 						t.Errorf("%s key %d: batched %q, alone %q", p.Name(), k, got, want)

@@ -38,7 +38,7 @@ func TestPlanBounds(t *testing.T) {
 	add("a:p:43", sw, 10)   // beside it
 	// Calls come out as they fill, then each group's last, in the order
 	// the groups first appeared.
-	r := New(Options{})
+	r := New(Options{MultiBatches: 16})
 	errs := make([]error, len(batches))
 	units := r.plan(r.prepare(batches, false, errs))
 	var got []int

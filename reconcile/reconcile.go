@@ -24,17 +24,23 @@
 //
 // What a replay costs is mostly the script's work per key: on one local
 // Redis 7.0 (make bench, BENCHMARKS.md section 4: 100k keys of three
-// grants), a token bucket batch costs about 6.3 µs of Redis CPU (a GET and
+// grants), a token bucket batch costs about 5.4 µs of Redis CPU (a GET and
 // a SET of its key, and a share of its call's HMGET, HSET and TIME);
-// go test -bench BenchmarkReconcile ./reconcile measures the same.
-// DefaultMultiBatches is 16: it bounds a call's Redis time to about 0.1 ms,
-// which a decision made meanwhile may wait behind.
+// go test -bench BenchmarkReconcile ./reconcile measures the same. The
+// client builds the next calls while Redis runs the last ones (see
+// Reconcile), so the replay takes about that CPU time.
+// DefaultMultiBatches is 32: a call's fixed work (its markers' HMGET and
+// HSET, TIME, the script's start) is about 10 µs of Redis time, a fifth
+// of a key's at 16 batches a call and a tenth at 32, while a call's Redis
+// time stays under 0.2 ms, which a decision made meanwhile may wait
+// behind.
 package reconcile
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -74,7 +80,7 @@ type Options struct {
 
 // Defaults of Options: see the package comment.
 const (
-	DefaultMultiBatches = 16
+	DefaultMultiBatches = 32
 	DefaultMultiArgs    = 2048
 )
 
@@ -112,27 +118,63 @@ func New(o Options) *Reconciler {
 // Reconcile applies each batch once; see driver.Reconciler. Batches go
 // several to a call when they share a replay script and a marker hash
 // (one instance's batches, and on Redis Cluster one hash slot: see
-// markerOf), up to MultiBatches batches and MultiArgs arguments a call. A
-// store that pipelines (driver.Pipeliner) gets all calls in one RunMany,
-// which it sends in pipelines of its own size; others get Concurrency
+// markerOf), up to MultiBatches batches and MultiArgs arguments a call.
+// The batches are taken streamSlice at a time: a slice's calls are sent
+// while the next slice's are built, at most streamDepth slices in flight,
+// so Redis works while the client builds. A store that pipelines
+// (driver.Pipeliner) gets each slice's calls in one RunMany, which it
+// sends in pipelines of its own size; others get at most Concurrency
 // calls in flight.
 func (r *Reconciler) Reconcile(ctx context.Context, store driver.Store, batches []driver.Batch) []error {
 	errs := make([]error, len(batches))
-	prep := r.prepare(batches, driver.OnCluster(store), errs)
-	alone := r.send(ctx, store, batches, r.plan(prep), errs)
+	cluster := driver.OnCluster(store)
+	var (
+		prep     = make([]prepared, 0, len(batches))
+		sem      = make(chan struct{}, r.o.Concurrency)
+		inflight = make(chan struct{}, streamDepth)
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		alone    []int
+	)
+	for lo := 0; lo < len(batches); lo += streamSlice {
+		hi := min(lo+streamSlice, len(batches))
+		p := r.prepare(batches[lo:hi], cluster, errs[lo:hi])
+		prep = append(prep, p...)
+		units := r.plan(p)
+		inflight <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-inflight }()
+			a := r.send(ctx, store, batches[lo:hi], units, errs[lo:hi], sem)
+			mu.Lock()
+			for _, i := range a {
+				alone = append(alone, lo+i)
+			}
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
 	if len(alone) > 0 {
 		// A batch whose call of several failed with a reply of Redis, or
 		// whose body failed in it, is sent once more on its own: its own
 		// call gives it its own error, and a batch the failed call
 		// applied and marked is acknowledged by its marker.
+		slices.Sort(alone)
 		again := make([]unit, len(alone))
 		for j, i := range alone {
 			again[j] = prep[i].unit(r.o.MarkerTTL, []int{i}, prep)
 		}
-		r.send(ctx, store, batches, again, errs)
+		r.send(ctx, store, batches, again, errs, sem)
 	}
 	return errs
 }
+
+// streamSlice is how many batches Reconcile builds calls for at a time,
+// and streamDepth how many slices may be in flight: with the default
+// MultiBatches, 64 calls a slice, a few pipelines ahead of Redis.
+const (
+	streamSlice = 1024
+	streamDepth = 4
+)
 
 // A unit is one script call and the batches it applies.
 type unit struct {
@@ -224,9 +266,10 @@ func (r *Reconciler) plan(prep []prepared) []unit {
 	return units
 }
 
-// send runs the units' calls and records each batch's outcome in errs. It
+// send runs the units' calls and records each batch's outcome in errs,
+// at most cap(sem) calls at once when the store does not pipeline. It
 // returns the batches to send again on their own.
-func (r *Reconciler) send(ctx context.Context, store driver.Store, batches []driver.Batch, units []unit, errs []error) (alone []int) {
+func (r *Reconciler) send(ctx context.Context, store driver.Store, batches []driver.Batch, units []unit, errs []error, sem chan struct{}) (alone []int) {
 	results := make([]driver.CallResult, len(units))
 	if pl, ok := store.(driver.Pipeliner); ok && len(units) > 1 {
 		calls := make([]driver.Call, len(units))
@@ -241,7 +284,6 @@ func (r *Reconciler) send(ctx context.Context, store driver.Store, batches []dri
 		defer cancel()
 		results = pl.RunMany(ctx, calls)
 	} else {
-		sem := make(chan struct{}, r.o.Concurrency)
 		var wg sync.WaitGroup
 		for u := range units {
 			sem <- struct{}{}

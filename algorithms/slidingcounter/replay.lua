@@ -27,8 +27,10 @@
 -- Reply: {1, units counted}.
 -- (idiv: driver.LuaIDiv, in every replay script.)
 
-local L = tonumber(ARGV[i])
-local W = tonumber(ARGV[i + 1])
+-- Arithmetic reads a decimal argument in one parse (Lua 5.1's tonumber
+-- parses it twice); ReplayArgs writes only decimals.
+local L = 0 + ARGV[i]
+local W = 0 + ARGV[i + 1]
 local k, c, p = idiv(now, W), 0, 0
 local added = 0
 -- count adds n units at time at to the window they fall in.
@@ -55,11 +57,11 @@ if v then
   elseif sk == k - 1 then
     p = sc
   end
-elseif tonumber(ARGV[i + 3]) > 0 and tonumber(ARGV[i + 2]) > 0 then
-  count(tonumber(ARGV[i + 3]), tonumber(ARGV[i + 2]))
+elseif 0 + ARGV[i + 3] > 0 and 0 + ARGV[i + 2] > 0 then
+  count(0 + ARGV[i + 3], 0 + ARGV[i + 2])
 end
 for j = i + 4, i + n - 1, 2 do
-  count(tonumber(ARGV[j]), tonumber(ARGV[j + 1]))
+  count(0 + ARGV[j], 0 + ARGV[j + 1])
 end
 if added > 0 then
   if c > 2 * L then

@@ -26,7 +26,9 @@
 -- units already outside the window are trimmed by the next decision, or go
 -- with the key. A fresh key (Redis restarted empty) costs three commands:
 -- PTTL, ZADD, PEXPIRE.
-local W = tonumber(ARGV[i])
+-- Arithmetic reads a decimal argument in one parse (Lua 5.1's tonumber
+-- parses it twice); ReplayArgs writes only decimals.
+local W = 0 + ARGV[i]
 local oldest = now - W
 -- -2: no key; -1: a key without a TTL (not written by holdfast).
 local pttl = redis.call('PTTL', key)
@@ -45,7 +47,7 @@ local function add(score, member)
     flush()
   end
 end
-local seedCount, seedAt = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
+local seedCount, seedAt = 0 + ARGV[i + 1], 0 + ARGV[i + 2]
 if seedCount > 0 and seedAt > oldest and pttl == -2 then
   local score = string.format('%d', seedAt)
   for u = 1, seedCount do
@@ -54,11 +56,11 @@ if seedCount > 0 and seedAt > oldest and pttl == -2 then
   newest = seedAt
 end
 for j = i + 4, i + n - 1, 3 do
-  local at = tonumber(ARGV[j])
+  local at = 0 + ARGV[j]
   if at > oldest then
     local score, id = ARGV[j], ARGV[j + 2]
     add(score, id)
-    for u = 1, tonumber(ARGV[j + 1]) - 1 do
+    for u = 1, ARGV[j + 1] - 1 do
       add(score, id .. '#' .. u)
     end
     if at > newest then
@@ -76,9 +78,9 @@ if newest > 0 then
   if pttl == -1 then
     local top = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
     ttl = math.max(ttl, math.floor((tonumber(top[2]) + W - now) / 1000) + 1)
-    redis.call('PEXPIRE', key, ttl)
+    redis.call('PEXPIRE', key, string.format('%d', ttl))
   elseif pttl < ttl then
-    redis.call('PEXPIRE', key, ttl)
+    redis.call('PEXPIRE', key, string.format('%d', ttl))
   end
 end
 return {1, added}

@@ -45,13 +45,14 @@
 -- ARGV[i+9]  the grants, "at|cost|at|cost...", in time order
 --
 -- Reply: {1, credit, now}: the bucket's credit at Redis time now.
-local T = tonumber(ARGV[i])
-local full = tonumber(ARGV[i + 1])
-local m = tonumber(ARGV[i + 5])
+-- Arithmetic reads a decimal argument in one parse (Lua 5.1's tonumber
+-- parses it twice); ReplayArgs writes only decimals.
+local full = 0 + ARGV[i + 1]
+local x = 0 + ARGV[i + 6]
+local m = 0 + ARGV[i + 5]
 if m == 0 then
   return {1, 0, now}
 end
-local x = tonumber(ARGV[i + 6])
 
 -- The bucket's E, and the merge log after it. A hash {c, t} left by an
 -- earlier holdfast is read as E = t - c (SET below overwrites it); any
@@ -78,8 +79,8 @@ elseif s then
     end
     log = rest
   end
-elseif tonumber(ARGV[i + 3]) > 0 then
-  cur = tonumber(ARGV[i + 3]) - tonumber(ARGV[i + 2])
+elseif 0 + ARGV[i + 3] > 0 then
+  cur = ARGV[i + 3] - ARGV[i + 2]
 else
   cur = -full -- a full bucket at any time since the epoch
 end
@@ -88,6 +89,7 @@ end
 -- new one from the stored bucket (conservative), so one call's work stays
 -- bounded on a hot key.
 local MAXLOG = 2000
+local window = 0 + ARGV[i + 4]
 local start, base = now, cur
 local prev, np = nil, 0
 if log then
@@ -95,7 +97,7 @@ if log then
   if not ls then
     return redis.error_reply('ERR holdfast reconcile: corrupt merge log in ' .. key)
   end
-  if now - tonumber(ls) <= tonumber(ARGV[i + 4]) then
+  if now - tonumber(ls) <= window then
     start, base, prev = tonumber(ls), tonumber(lb), {}
     for at, c in string.gmatch(entries, '|(%-?%d+)|(%d+)') do
       np = np + 1
@@ -113,8 +115,13 @@ local e
 if not prev then
   -- The first batch of the merge: it costs what it spends of the stored
   -- bucket, whose E is the base.
-  e = math.max(cur + tonumber(ARGV[i + 7]), tonumber(ARGV[i + 8]))
+  e = cur + ARGV[i + 7]
+  local a = 0 + ARGV[i + 8]
+  if e < a then
+    e = a
+  end
 else
+  local T = 0 + ARGV[i]
   local function run(grants)
     local r = base
     for _, g in ipairs(grants) do
@@ -152,8 +159,12 @@ else
 end
 -- A debt of at most one full bucket, now (or at the latest grant when that
 -- is later).
-if e > math.max(now, x) + full then
-  e = math.max(now, x) + full
+local late = now
+if x > late then
+  late = x
+end
+if e > late + full then
+  e = late + full
 end
 
 -- The key lives until the bucket is full again, and while the log is read.
@@ -162,13 +173,12 @@ local value
 if np + m > MAXLOG then
   value = string.format('%d', e)
 else
-  local grants = ARGV[i + 9]
   if log then
-    value = string.format('%d|', e) .. log .. '|' .. grants
+    value = string.format('%d|', e) .. log .. '|' .. ARGV[i + 9]
   else
-    value = string.format('%d|', e) .. nowS .. string.format('|%d|', base) .. grants
+    value = string.format('%d|%s|%d|', e, nowS, base) .. ARGV[i + 9]
   end
-  local keep = math.floor((start + tonumber(ARGV[i + 4]) - now) / 1000) + 1
+  local keep = math.floor((start + window - now) / 1000) + 1
   if ttl < keep then
     ttl = keep
   end

@@ -59,9 +59,12 @@ type ReplayOptions struct {
 // their markers, all fields of one hash, in one HMGET; a batch marked
 // there before is not run again and replies {0, 0}. The batches applied
 // are marked in one HSET at the end, and the hash's TTL set again, so a
-// marker lives at least the TTL from its batch. A call that fails before
-// its end (Redis does not roll back) leaves its batches unmarked: they
-// are applied again on retry, at worst counted twice, never lost.
+// marker lives at least the TTL from its batch (a call of 8 batches or
+// more also writes field "~", whose long value keeps a hash that will
+// hold thousands of markers a hash table from the start). A call that
+// fails before its end (Redis does not roll back) leaves its batches
+// unmarked: they are applied again on retry, at worst counted twice,
+// never lost.
 //
 // Call layout (built by ReplayCall):
 //
@@ -89,7 +92,7 @@ local fields, first, count = {}, {}, {}
 local p = 3
 for b = 1, nb do
   fields[b] = ARGV[p]
-  local c = tonumber(ARGV[p + 1])
+  local c = 0 + ARGV[p + 1]
   first[b], count[b] = p + 2, c
   p = p + 2 + c
 end
@@ -97,12 +100,11 @@ local done = redis.call('HMGET', KEYS[1], unpack(fields))
 local t = redis.call('TIME')
 now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 nowS = string.format('%d', now)
-local out, marks = {}, {}
+local out, no, marks, nm = {}, 0, {}, 0
 for b = 1, nb do
   if done[b] then
-    out[#out + 1] = 2
-    out[#out + 1] = 0
-    out[#out + 1] = 0
+    out[no + 1], out[no + 2], out[no + 3] = 2, 0, 0
+    no = no + 3
   else
     local ok, r = true, nil
     if nb == 1 then
@@ -115,18 +117,28 @@ for b = 1, nb do
       ok, r = pcall(replay, KEYS[1 + b], first[b], count[b])
     end
     if ok and type(r) == 'table' and not r.err then
-      out[#out + 1] = #r
-      for j = 1, #r do
-        out[#out + 1] = r[j]
+      local l = #r
+      out[no + 1] = l
+      for j = 1, l do
+        out[no + 1 + j] = r[j]
       end
-      marks[#marks + 1] = fields[b]
-      marks[#marks + 1] = '1'
+      no = no + 1 + l
+      marks[nm + 1], marks[nm + 2] = fields[b], '1'
+      nm = nm + 2
     else
-      out[#out + 1] = -1
+      no = no + 1
+      out[no] = -1
     end
   end
 end
-if #marks > 0 then
+if nm > 0 then
+  if nb >= 8 then
+    -- A call of many batches is a large replay, whose marker hash grows
+    -- past what Redis keeps as a listpack (searched field by field); a
+    -- value past hash-max-listpack-value (64 bytes) makes it a hash
+    -- table at once.
+    marks[nm + 1], marks[nm + 2] = '~', 'holdfast: a value past 64 bytes keeps this marker hash a hash table'
+  end
   redis.call('HSET', KEYS[1], unpack(marks))
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end

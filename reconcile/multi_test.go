@@ -368,3 +368,65 @@ func TestRefusedBatchInMultiCall(t *testing.T) {
 		}
 	}
 }
+
+// TestFreshCalls: a call of several batches skips reading its keys only
+// when none of them exists and each is its own; otherwise each body reads
+// its key. Three calls per algorithm, each replayed batched and alone (on
+// keys of their own) from the same state, must leave the same state: one
+// with a key twice (the second batch must see the first's write), one
+// with a key that exists among missing ones, one of missing keys only.
+func TestFreshCalls(t *testing.T) {
+	t.Parallel()
+	tb, _ := tokenbucket.Policy("btb", 10, 100)
+	sw, _ := slidingwindow.Policy("bsw", 10, time.Minute)
+	sc, _ := slidingcounter.Policy("bsc", 10, time.Minute)
+	srv := redistest.Start(t)
+	store := newStore(t, srv)
+	for _, p := range []core.Policy{tb, sw, sc} {
+		now := redisNow(t, srv)
+		seq := 0
+		batch := func(prefix, key string, cost int64) driver.Batch {
+			// One instance per policy and mode: the batches of a call
+			// share a marker hash, and no batch id is another's.
+			seq++
+			id := fmt.Sprintf("%s%s:e:%d", prefix, p.Name(), seq)
+			return driver.Batch{ID: id, Key: driver.StorageKey("hf:", p.Name(), prefix+key), Policy: p,
+				Grants: []driver.Grant{{ID: id + "-a", Cost: cost, At: now - 2000}, {ID: id + "-b", Cost: 1, At: now - 1000}}}
+		}
+		calls := [][][2]string{
+			{{"k1", "3"}, {"k2", "2"}, {"k1", "4"}}, // k1 twice
+			{{"k3", "1"}, {"k2", "2"}},              // k2 exists now
+			{{"k4", "2"}, {"k5", "5"}},              // none exists
+		}
+		for c, call := range calls {
+			for _, mode := range []string{"batched", "alone"} {
+				var batches []driver.Batch
+				for _, b := range call {
+					cost, _ := strconv.ParseInt(b[1], 10, 64)
+					batches = append(batches, batch(mode+":", b[0], cost))
+				}
+				rec := &recording{Store: store}
+				r := reconcile.New(reconcile.Options{})
+				if mode == "alone" {
+					r = reconcile.New(reconcile.Options{MultiBatches: 1})
+				}
+				for i, err := range r.Reconcile(context.Background(), rec, batches) {
+					if err != nil {
+						t.Fatalf("%s call %d %s batch %d: %v", p.Name(), c, mode, i, err)
+					}
+				}
+				if mode == "batched" && !rec.multi() {
+					t.Fatalf("%s call %d: calls of %v batches, none of several", p.Name(), c, rec.sizes)
+				}
+			}
+			for _, b := range call {
+				k := b[0]
+				got := state(t, srv, p, driver.StorageKey("hf:", p.Name(), "batched:"+k))
+				want := state(t, srv, p, driver.StorageKey("hf:", p.Name(), "alone:"+k))
+				if got != want {
+					t.Errorf("%s call %d key %s: batched %q, alone %q", p.Name(), c, k, got, want)
+				}
+			}
+		}
+	}
+}

@@ -182,10 +182,11 @@ type unit struct {
 }
 
 // group names the batches that may share a call: one script, one marker
-// hash.
+// hash, one policy's shared arguments (joined).
 type group struct {
 	script *driver.Script
 	marker string
+	shared string
 }
 
 // A prepared batch is what its calls need of it, built once: its group,
@@ -193,6 +194,7 @@ type group struct {
 // false for a batch that cannot be replayed (its error is in errs).
 type prepared struct {
 	group  group
+	shared []string
 	batch  driver.ReplayBatch
 	weight int
 	ok     bool
@@ -202,6 +204,13 @@ type prepared struct {
 // marker hash is in the batch key's slot.
 func (r *Reconciler) prepare(batches []driver.Batch, cluster bool, errs []error) []prepared {
 	prep := make([]prepared, len(batches))
+	o := driver.ReplayOptions{MergeWindow: r.o.MergeWindow}
+	var (
+		last   driver.Policy // valid when have
+		have   bool
+		shared []string
+		joined string
+	)
 	for i := range batches {
 		b := &batches[i]
 		rp, err := replayer(b)
@@ -209,9 +218,13 @@ func (r *Reconciler) prepare(batches []driver.Batch, cluster bool, errs []error)
 			errs[i] = err
 			continue
 		}
+		if !have || !samePolicy(b.Policy, last) {
+			last, have, shared = b.Policy, true, rp.ReplaySharedArgs(nil, b.Policy, o)
+			joined = strings.Join(shared, "\x00")
+		}
 		marker, field := markerOf(b.Key, b.ID, cluster)
-		args := rp.ReplayArgs(nil, b, driver.ReplayOptions{MergeWindow: r.o.MergeWindow})
-		prep[i] = prepared{group: group{script: rp.ReplayScript(), marker: marker},
+		args := rp.ReplayArgs(nil, b, o)
+		prep[i] = prepared{group: group{script: rp.ReplayScript(), marker: marker, shared: joined}, shared: shared,
 			batch: driver.ReplayBatch{Key: b.Key, Field: field, Args: args}, weight: 3 + len(args), ok: true}
 	}
 	return prep
@@ -224,7 +237,14 @@ func (p *prepared) unit(ttl time.Duration, idx []int, prep []prepared) unit {
 	for j, i := range idx {
 		rbs[j] = prep[i].batch
 	}
-	return unit{call: driver.ReplayCall(p.group.script, p.group.marker, ttl, rbs), batches: idx}
+	return unit{call: driver.ReplayCall(p.group.script, p.group.marker, ttl, p.shared, rbs), batches: idx}
+}
+
+// samePolicy reports whether a and b are one policy: their fields, not
+// ==, which an algorithm of a type Go cannot compare would panic on.
+func samePolicy(a, b driver.Policy) bool {
+	return a.Name() == b.Name() && a.Limit() == b.Limit() && a.Interval() == b.Interval() &&
+		a.Algorithm().Name() == b.Algorithm().Name()
 }
 
 // plan returns the calls that replay the prepared batches: the batches of

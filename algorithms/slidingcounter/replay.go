@@ -21,19 +21,24 @@ func (algorithm) ReplayScript() *driver.Script { return ReplayScript }
 
 var _ driver.Replayer = algorithm{}
 
-// ReplayArgs appends replay.lua's arguments for batch b: the limit, the
-// window, the seed (its estimate, counted whole in the window of its time:
-// at least the units the key held then, in that window or the one before)
-// and the grants as (time, cost) pairs. Its reply is {1, units counted}.
+// ReplayArgs appends replay.lua's arguments for batch b: the seed (its
+// estimate, counted whole in the window of its time: at least the units
+// the key held then, in that window or the one before) and the grants as
+// (time, cost) pairs. Its reply is {1, units counted}.
 func (algorithm) ReplayArgs(args []string, b *driver.Batch, _ driver.ReplayOptions) []string {
 	i64 := func(v int64) string { return strconv.FormatInt(v, 10) }
-	p := b.Policy
 	est, _, _ := unpackSeed(b.Seed.Value)
-	args = append(args, i64(p.Limit()), i64(p.Interval().Microseconds()), i64(est), i64(b.Seed.At))
+	args = append(args, i64(est), i64(b.Seed.At))
 	for _, g := range b.Grants {
 		args = append(args, i64(g.At), i64(g.Cost))
 	}
 	return args
+}
+
+// ReplaySharedArgs appends replay.lua's shared arguments for policy p:
+// the limit and the window.
+func (algorithm) ReplaySharedArgs(args []string, p driver.Policy, _ driver.ReplayOptions) []string {
+	return append(args, strconv.FormatInt(p.Limit(), 10), strconv.FormatInt(p.Interval().Microseconds(), 10))
 }
 
 // Coalesces is true: a grant charged at a later time counts in the same

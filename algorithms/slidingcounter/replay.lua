@@ -14,14 +14,15 @@
 -- as a token bucket's debt stops at one bucket.
 --
 -- key      the counter: a string "k:c:p", as in slidingcounter.lua
--- ARGV[i]  L, the limit in units per window
--- ARGV[i+1]  W, the window in microseconds
--- ARGV[i+2]  seed count and ARGV[i+3] seed time (us; 0: no seed): the
+-- fresh    true when key does not exist (driver.NewReplayScript)
+-- shared[1]  L, the limit in units per window
+-- shared[2]  W, the window in microseconds
+-- ARGV[i]  seed count and ARGV[i+1] seed time (us; 0: no seed): the
 --          instance's last known count (the estimate Redis last reported)
 --          and its time; used only when the key is missing (Redis restarted
 --          empty, or the key expired), counted in the window of its time
 --          like a grant
--- ARGV[i+4], ARGV[i+5], ...  up to ARGV[i+n-1]: pairs of grant time (us,
+-- ARGV[i+2], ARGV[i+3], ...  up to ARGV[i+n-1]: pairs of grant time (us,
 --          Redis clock) and cost
 --
 -- Reply: {1, units counted}.
@@ -29,8 +30,8 @@
 
 -- Arithmetic reads a decimal argument in one parse (Lua 5.1's tonumber
 -- parses it twice); ReplayArgs writes only decimals.
-local L = 0 + ARGV[i]
-local W = 0 + ARGV[i + 1]
+local L = shared[1]
+local W = shared[2]
 local k, c, p = idiv(now, W), 0, 0
 local added = 0
 -- count adds n units at time at to the window they fall in.
@@ -45,7 +46,10 @@ local function count(at, n)
   end
   added = added + n
 end
-local v = redis.call('GET', key)
+local v = false
+if not fresh then
+  v = redis.call('GET', key)
+end
 if v then
   local sk, sc, sp = string.match(v, '^(%d+):(%d+):(%d+)$')
   if not sk then
@@ -57,10 +61,10 @@ if v then
   elseif sk == k - 1 then
     p = sc
   end
-elseif 0 + ARGV[i + 3] > 0 and 0 + ARGV[i + 2] > 0 then
-  count(0 + ARGV[i + 3], 0 + ARGV[i + 2])
+elseif 0 + ARGV[i + 1] > 0 and 0 + ARGV[i] > 0 then
+  count(0 + ARGV[i + 1], 0 + ARGV[i])
 end
-for j = i + 4, i + n - 1, 2 do
+for j = i + 2, i + n - 1, 2 do
   count(0 + ARGV[j], 0 + ARGV[j + 1])
 end
 if added > 0 then

@@ -53,20 +53,24 @@ func TestReplayModel(t *testing.T) {
 	}
 }
 
-// TestReplayArgs: the policy, the seed and the grants' times and costs;
-// reconcile adds the key and the marker.
+// TestReplayArgs: the policy's limit and window shared, then the seed and
+// the grants' times and costs; reconcile adds the key and the marker.
 func TestReplayArgs(t *testing.T) {
 	p := must(slidingcounter.Policy("sc", 10, 2*time.Second))
 	b := driver.Batch{ID: "i1:e1:1", Key: "hf:{sc:k}", Policy: p, Seed: driver.Seed{Value: 3, At: 77},
 		Grants: []driver.Grant{{ID: "a", Cost: 2, At: 100}, {ID: "b", Cost: 1, At: 101}}}
 	rp := p.Algorithm().(driver.Replayer)
-	if args := rp.ReplayArgs(nil, &b, driver.ReplayOptions{MergeWindow: time.Second}); rp.ReplayScript() != slidingcounter.ReplayScript ||
-		!reflect.DeepEqual(args, []string{"10", "2000000", "3", "77", "100", "2", "101", "1"}) {
+	o := driver.ReplayOptions{MergeWindow: time.Second}
+	if args := rp.ReplayArgs(nil, &b, o); rp.ReplayScript() != slidingcounter.ReplayScript ||
+		!reflect.DeepEqual(args, []string{"3", "77", "100", "2", "101", "1"}) {
 		t.Fatalf("script %s, args %q", rp.ReplayScript().Name(), args)
+	}
+	if shared := rp.ReplaySharedArgs(nil, p, o); !reflect.DeepEqual(shared, []string{"10", "2000000"}) {
+		t.Fatalf("shared args %q", shared)
 	}
 	c, err := reconcile.New(reconcile.Options{}).Call(&b, false)
 	if err != nil || c.Script.Guarded() || !reflect.DeepEqual(c.Keys, []string{"hf:rb:i1:e1:0", "hf:{sc:k}"}) ||
-		!reflect.DeepEqual(c.Args, []string{"1", "86400000", "1", "8", "10", "2000000", "3", "77", "100", "2", "101", "1"}) {
+		!reflect.DeepEqual(c.Args, []string{"1", "86400000", "1", "2", "10", "2000000", "1", "6", "3", "77", "100", "2", "101", "1"}) {
 		t.Fatalf("call %q %q (%v)", c.Keys, c.Args, err)
 	}
 }

@@ -26,8 +26,8 @@ var (
 	_ driver.Quotaer  = algorithm{}
 )
 
-// ReplayArgs appends replay.lua's arguments for batch b: the window, the
-// seed and the grants as (time, cost, id) triples.
+// ReplayArgs appends replay.lua's arguments for batch b: the seed and the
+// grants as (time, cost, id) triples.
 func (algorithm) ReplayArgs(args []string, b *driver.Batch, _ driver.ReplayOptions) []string {
 	i64 := func(v int64) string { return strconv.FormatInt(v, 10) }
 	// The seed's member prefix only when there are seed units: every
@@ -36,11 +36,17 @@ func (algorithm) ReplayArgs(args []string, b *driver.Batch, _ driver.ReplayOptio
 	if b.Seed.Value > 0 && b.Seed.At > 0 {
 		prefix = "seed:" + b.ID + ":"
 	}
-	args = append(args, i64(b.Policy.Interval().Microseconds()), i64(b.Seed.Value), i64(b.Seed.At), prefix)
+	args = append(args, i64(b.Seed.Value), i64(b.Seed.At), prefix)
 	for _, g := range b.Grants {
 		args = append(args, i64(g.At), i64(g.Cost), g.ID)
 	}
 	return args
+}
+
+// ReplaySharedArgs appends replay.lua's shared argument for policy p: the
+// window.
+func (algorithm) ReplaySharedArgs(args []string, p driver.Policy, _ driver.ReplayOptions) []string {
+	return append(args, strconv.FormatInt(p.Interval().Microseconds(), 10))
 }
 
 // Coalesces is false: each grant keeps its own time and request id.

@@ -9,12 +9,13 @@
 -- nothing twice. Grants already outside the window are skipped.
 --
 -- key      the window sorted set, as in slidingwindow.lua
--- ARGV[i]  W, the window in microseconds
--- ARGV[i+1]  seed count, ARGV[i+2] seed time (us; 0: no seed), ARGV[i+3] seed
+-- fresh    true when key does not exist (driver.NewReplayScript)
+-- shared[1]  W, the window in microseconds
+-- ARGV[i]  seed count, ARGV[i+1] seed time (us; 0: no seed), ARGV[i+2] seed
 --          member prefix: the instance's last known count in the window and
 --          the time of its newest unit; used only when the key is missing and
 --          that time is still inside the window (Redis restarted empty)
--- ARGV[i+4], ARGV[i+5], ARGV[i+6], ...  up to ARGV[i+n-1]: triples of
+-- ARGV[i+3], ARGV[i+4], ARGV[i+5], ...  up to ARGV[i+n-1]: triples of
 --          grant time (us), cost, id
 --
 -- Reply: {1, units added}.
@@ -24,57 +25,60 @@
 -- leaves the window. So the TTL is only ever extended here, to cover the
 -- newest unit added, and the set needs neither reading back nor trimming:
 -- units already outside the window are trimmed by the next decision, or go
--- with the key. A fresh key (Redis restarted empty) costs three commands:
--- PTTL, ZADD, PEXPIRE.
+-- with the key. A fresh key (Redis restarted empty) costs two commands,
+-- ZADD and PEXPIRE, and a PTTL first when the call cannot tell it is
+-- fresh.
+--
 -- Arithmetic reads a decimal argument in one parse (Lua 5.1's tonumber
--- parses it twice); ReplayArgs writes only decimals.
-local W = 0 + ARGV[i]
+-- parses it twice); ReplayArgs writes only decimals. The units queue in z
+-- (nz entries, score then member) and go to ZADD at most 500 at a time.
+local W = shared[1]
 local oldest = now - W
 -- -2: no key; -1: a key without a TTL (not written by holdfast).
-local pttl = redis.call('PTTL', key)
-local z = {}
-local added = 0
-local newest = 0
-local function flush()
-  added = added + redis.call('ZADD', key, unpack(z))
-  z = {}
+local pttl = -2
+if not fresh then
+  pttl = redis.call('PTTL', key)
 end
--- add queues one unit; score is a decimal integer string.
-local function add(score, member)
-  z[#z + 1] = score
-  z[#z + 1] = member
-  if #z >= 1000 then
-    flush()
-  end
-end
-local seedCount, seedAt = 0 + ARGV[i + 1], 0 + ARGV[i + 2]
+local z, nz, added, newest = {}, 0, 0, 0
+local seedCount, seedAt = 0 + ARGV[i], 0 + ARGV[i + 1]
 if seedCount > 0 and seedAt > oldest and pttl == -2 then
   local score = string.format('%d', seedAt)
   for u = 1, seedCount do
-    add(score, ARGV[i + 3] .. u)
+    if nz >= 1000 then
+      added, nz = added + redis.call('ZADD', key, unpack(z, 1, nz)), 0
+    end
+    z[nz + 1], z[nz + 2] = score, ARGV[i + 2] .. u
+    nz = nz + 2
   end
   newest = seedAt
 end
-for j = i + 4, i + n - 1, 3 do
+for j = i + 3, i + n - 1, 3 do
   local at = 0 + ARGV[j]
   if at > oldest then
     local score, id = ARGV[j], ARGV[j + 2]
-    add(score, id)
-    for u = 1, ARGV[j + 1] - 1 do
-      add(score, id .. '#' .. u)
+    for u = 0, ARGV[j + 1] - 1 do
+      if nz >= 1000 then
+        added, nz = added + redis.call('ZADD', key, unpack(z, 1, nz)), 0
+      end
+      z[nz + 1], z[nz + 2] = score, u == 0 and id or id .. '#' .. u
+      nz = nz + 2
     end
     if at > newest then
       newest = at
     end
   end
 end
-if #z > 0 then
-  flush()
+if nz > 0 then
+  added = added + redis.call('ZADD', key, unpack(z, 1, nz))
 end
 if newest > 0 then
   -- The key lives at least until the newest unit added leaves the window;
   -- a TTL already longer is kept.
-  local ttl = math.max(math.floor((newest + W - now) / 1000) + 1, 1)
+  local ttl = newest + W - now
+  ttl = (ttl - ttl % 1000) / 1000 + 1
+  if ttl < 1 then
+    ttl = 1
+  end
   if pttl == -1 then
     local top = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
     ttl = math.max(ttl, math.floor((tonumber(top[2]) + W - now) / 1000) + 1)

@@ -30,9 +30,9 @@ var (
 	_ driver.Quotaer  = algorithm{}
 )
 
-// ReplayArgs appends replay.lua's arguments for batch b: the policy, the
-// seed, the merge window, and the grants both as what they make of a
-// bucket fed them alone (see replay.lua) and as text for the merge log.
+// ReplayArgs appends replay.lua's arguments for batch b: the seed, and
+// the grants both as what they make of a bucket fed them alone (see
+// replay.lua) and as text for the merge log.
 func (algorithm) ReplayArgs(args []string, b *driver.Batch, o driver.ReplayOptions) []string {
 	p := b.Policy
 	t := p.Interval().Microseconds()
@@ -62,8 +62,14 @@ func (algorithm) ReplayArgs(args []string, b *driver.Batch, o driver.ReplayOptio
 		text = strconv.AppendInt(text, g.Cost, 10)
 		x = g.At
 	}
-	return append(args, i64(t), i64(full), i64(b.Seed.Value), i64(b.Seed.At), i64(o.MergeWindow.Microseconds()),
-		strconv.Itoa(len(grants)), i64(x), i64(s), i64(a), string(text))
+	return append(args, i64(b.Seed.Value), i64(b.Seed.At), strconv.Itoa(len(grants)), i64(x), i64(s), i64(a), string(text))
+}
+
+// ReplaySharedArgs appends replay.lua's shared arguments for policy p:
+// the refill time, a full bucket's credit and the merge window.
+func (algorithm) ReplaySharedArgs(args []string, p driver.Policy, o driver.ReplayOptions) []string {
+	t := p.Interval().Microseconds()
+	return append(args, strconv.FormatInt(t, 10), strconv.FormatInt(p.Limit()*t, 10), strconv.FormatInt(o.MergeWindow.Microseconds(), 10))
 }
 
 func byTime(a, b driver.Grant) int { return cmp.Compare(a.At, b.At) }

@@ -27,29 +27,30 @@
 -- and one SET.
 --
 -- key        the bucket (tokenbucket.lua)
--- ARGV[i]    T, microseconds to refill one token
--- ARGV[i+1]  F = C*T, a full bucket's credit in microseconds
--- ARGV[i+2]  seed credit (us) and ARGV[i+3] seed time (us; 0: no seed):
+-- fresh      true when key does not exist (driver.NewReplayScript)
+-- shared[1]  T, microseconds to refill one token
+-- shared[2]  F = C*T, a full bucket's credit in microseconds
+-- shared[3]  the merge window in microseconds: how long after its first
+--            batch a merge log is read
+-- ARGV[i]    seed credit (us) and ARGV[i+1] seed time (us; 0: no seed):
 --            the instance's last known state of the bucket, used only when
 --            the key is missing (Redis restarted empty, or the key expired
 --            when full: refilling from the seed gives the same full bucket)
--- ARGV[i+4]  the merge window in microseconds: how long after its first
---            batch a merge log is read
--- ARGV[i+5]  m, the number of grants, and ARGV[i+6] x, the latest grant's
+-- ARGV[i+2]  m, the number of grants, and ARGV[i+3] x, the latest grant's
 --            time (us, Redis clock)
--- ARGV[i+7]  S and ARGV[i+8] A: the batch fed alone to a bucket whose E is
+-- ARGV[i+4]  S and ARGV[i+5] A: the batch fed alone to a bucket whose E is
 --            e leaves it at max(e + S, A) (S = T * the grants' cost; A = the
 --            most, over grants k, of at_k - F + T * the cost of grants k
 --            and later): what the loop of run below makes of the grants,
 --            computed by ReplayArgs
--- ARGV[i+9]  the grants, "at|cost|at|cost...", in time order
+-- ARGV[i+6]  the grants, "at|cost|at|cost...", in time order
 --
 -- Reply: {1, credit, now}: the bucket's credit at Redis time now.
 -- Arithmetic reads a decimal argument in one parse (Lua 5.1's tonumber
 -- parses it twice); ReplayArgs writes only decimals.
-local full = 0 + ARGV[i + 1]
-local x = 0 + ARGV[i + 6]
-local m = 0 + ARGV[i + 5]
+local full = shared[2]
+local x = 0 + ARGV[i + 3]
+local m = 0 + ARGV[i + 2]
 if m == 0 then
   return {1, 0, now}
 end
@@ -58,7 +59,10 @@ end
 -- earlier holdfast is read as E = t - c (SET below overwrites it); any
 -- other type is WRONGTYPE.
 local cur, log
-local s = redis.pcall('GET', key)
+local s = false
+if not fresh then
+  s = redis.pcall('GET', key)
+end
 if type(s) == 'table' then
   if not s.err or string.sub(s.err, 1, 9) ~= 'WRONGTYPE' then
     return redis.error_reply(s.err or 'ERR holdfast reconcile: GET failed')
@@ -79,8 +83,8 @@ elseif s then
     end
     log = rest
   end
-elseif 0 + ARGV[i + 3] > 0 then
-  cur = ARGV[i + 3] - ARGV[i + 2]
+elseif 0 + ARGV[i + 1] > 0 then
+  cur = ARGV[i + 1] - ARGV[i]
 else
   cur = -full -- a full bucket at any time since the epoch
 end
@@ -89,7 +93,7 @@ end
 -- new one from the stored bucket (conservative), so one call's work stays
 -- bounded on a hot key.
 local MAXLOG = 2000
-local window = 0 + ARGV[i + 4]
+local window = shared[3]
 local start, base = now, cur
 local prev, np = nil, 0
 if log then
@@ -115,13 +119,13 @@ local e
 if not prev then
   -- The first batch of the merge: it costs what it spends of the stored
   -- bucket, whose E is the base.
-  e = cur + ARGV[i + 7]
-  local a = 0 + ARGV[i + 8]
+  e = cur + ARGV[i + 4]
+  local a = 0 + ARGV[i + 5]
   if e < a then
     e = a
   end
 else
-  local T = 0 + ARGV[i]
+  local T = shared[1]
   local function run(grants)
     local r = base
     for _, g in ipairs(grants) do
@@ -140,7 +144,7 @@ else
   for k = 1, np do
     all[k] = prev[k]
   end
-  for at, c in string.gmatch('|' .. ARGV[i + 9], '|(%-?%d+)|(%d+)') do
+  for at, c in string.gmatch('|' .. ARGV[i + 6], '|(%-?%d+)|(%d+)') do
     all[#all + 1] = {tonumber(at), tonumber(c)}
   end
   table.sort(all, byTime)
@@ -174,9 +178,9 @@ if np + m > MAXLOG then
   value = string.format('%d', e)
 else
   if log then
-    value = string.format('%d|', e) .. log .. '|' .. ARGV[i + 9]
+    value = string.format('%d|', e) .. log .. '|' .. ARGV[i + 6]
   else
-    value = string.format('%d|%s|%d|', e, nowS, base) .. ARGV[i + 9]
+    value = string.format('%d|%s|%d|', e, nowS, base) .. ARGV[i + 6]
   end
   local keep = math.floor((start + window - now) / 1000) + 1
   if ttl < keep then

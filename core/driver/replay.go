@@ -21,6 +21,10 @@ type Replayer interface {
 	// ReplayArgs appends batch b's arguments for the body to args and
 	// returns the extended slice.
 	ReplayArgs(args []string, b *Batch, o ReplayOptions) []string
+	// ReplaySharedArgs appends the arguments that every batch of policy p
+	// shares (the body's shared table) to args and returns the extended
+	// slice: a call carries them once for all its batches.
+	ReplaySharedArgs(args []string, p Policy, o ReplayOptions) []string
 	// Coalesces reports whether grants of one key may be logged as one
 	// grant of their summed cost at the latest of their times: true when
 	// charging a grant later never counts it less (a token bucket refills
@@ -43,17 +47,21 @@ type ReplayOptions struct {
 
 // NewReplayScript returns the replay script made of body, the Lua of
 //
-//	local function replay(key, i, n)
+//	local function replay(key, i, n, fresh)
 //
-// which applies one batch to key: its arguments are ARGV[i] to
-// ARGV[i+n-1], as Replayer.ReplayArgs wrote them. It sees the call's Redis
-// time in µs (one TIME for the whole call) as now, a number, and nowS, its
-// decimal string (Lua's own number to string conversion keeps 14 digits,
-// too few for it). It returns a table of at
-// least two integers, the first 1; or redis.error_reply, and then it must
-// have written nothing. In a call of several batches a Redis error raised
-// inside it (redis.call failing) fails that batch alone; a call of one
-// batch replies the batch's error, whether raised or replied.
+// which applies one batch to key: its own arguments are ARGV[i] to
+// ARGV[i+n-1], as Replayer.ReplayArgs wrote them, and the arguments of
+// its policy (Replayer.ReplaySharedArgs, the same for every batch of the
+// call) are in the table shared, each a number where it is a decimal,
+// else its string. fresh is true when key did not exist when the call
+// began and no earlier batch of the call has it: the body may skip
+// reading it. It sees the call's Redis time in µs (one TIME for the whole
+// call) as now, a number, and nowS, its decimal string (Lua's own number
+// to string conversion keeps 14 digits, too few for it). It returns a
+// table of at least two integers, the first 1; or redis.error_reply, and
+// then it must have written nothing. In a call of several batches a Redis
+// error raised inside it (redis.call failing) fails that batch alone; a
+// call of one batch replies the batch's error, whether raised or replied.
 //
 // The script applies the batches of one call in order, after reading
 // their markers, all fields of one hash, in one HMGET; a batch marked
@@ -64,12 +72,16 @@ type ReplayOptions struct {
 // hold thousands of markers a hash table from the start). A call that
 // fails before its end (Redis does not roll back) leaves its batches
 // unmarked: they are applied again on retry, at worst counted twice,
-// never lost.
+// never lost. A call of several batches on distinct keys first asks, in
+// one EXISTS, whether any of its keys exists; when none does (Redis
+// restarted empty) every body runs fresh.
 //
 // Call layout (built by ReplayCall):
 //
 //	KEYS[1]   the marker hash; KEYS[1+b] batch b's key
-//	ARGV[1]   the number of batches; ARGV[2] the marker TTL in ms
+//	ARGV[1]   the number of batches; ARGV[2] the marker TTL in ms;
+//	ARGV[3]   "1" when the batches' keys are distinct, else "0";
+//	ARGV[4]   the number of shared arguments, s, and ARGV[5..4+s] them
 //	then for each batch: its marker field, its number of arguments, and
 //	its arguments
 //
@@ -77,19 +89,23 @@ type ReplayOptions struct {
 // of -1 (and nothing after it) for a batch whose body failed: nothing is
 // known of it but that it was not marked. SplitReply reads it.
 func NewReplayScript(name, body string) *Script {
-	return NewScript(name, replayHead+"local function replay(key, i, n)\n"+body+"\nend\n"+replayTail, nil)
+	return NewScript(name, replayHead+"local function replay(key, i, n, fresh)\n"+body+"\nend\n"+replayTail, nil)
 }
 
 // replayHead declares what a replay body sees besides its arguments.
 const replayHead = `-- holdfast replay (see driver.NewReplayScript)
 local now, nowS
+local shared = {}
 ` + LuaIDiv
 
 // replayTail is the loop of a replay script (see NewReplayScript).
 const replayTail = `-- holdfast replay loop (see driver.NewReplayScript)
-local nb = tonumber(ARGV[1])
+local nb = 0 + ARGV[1]
+local p = 5 + ARGV[4]
+for j = 5, p - 1 do
+  shared[j - 4] = tonumber(ARGV[j]) or ARGV[j]
+end
 local fields, first, count = {}, {}, {}
-local p = 3
 for b = 1, nb do
   fields[b] = ARGV[p]
   local c = 0 + ARGV[p + 1]
@@ -100,6 +116,17 @@ local done = redis.call('HMGET', KEYS[1], unpack(fields))
 local t = redis.call('TIME')
 now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 nowS = string.format('%d', now)
+local fresh = false
+if nb > 1 and ARGV[3] == '1' then
+  local keys, nk = {}, 0
+  for b = 1, nb do
+    if not done[b] then
+      nk = nk + 1
+      keys[nk] = KEYS[1 + b]
+    end
+  end
+  fresh = nk > 0 and redis.call('EXISTS', unpack(keys)) == 0
+end
 local out, no, marks, nm = {}, 0, {}, 0
 for b = 1, nb do
   if done[b] then
@@ -109,12 +136,12 @@ for b = 1, nb do
     local ok, r = true, nil
     if nb == 1 then
       -- A lone batch's error is the call's: its caller learns it.
-      r = replay(KEYS[2], first[1], count[1])
+      r = replay(KEYS[2], first[1], count[1], false)
       if type(r) == 'table' and r.err then
         return r
       end
     else
-      ok, r = pcall(replay, KEYS[1 + b], first[b], count[b])
+      ok, r = pcall(replay, KEYS[1 + b], first[b], count[b], fresh)
     end
     if ok and type(r) == 'table' and not r.err then
       local l = #r
@@ -153,16 +180,31 @@ type ReplayBatch struct {
 }
 
 // ReplayCall returns the call of replay script s that applies batches,
-// in order, with markers in hash marker that live ttl.
-func ReplayCall(s *Script, marker string, ttl time.Duration, batches []ReplayBatch) Call {
-	na := 2
+// in order, with markers in hash marker that live ttl; shared are the
+// arguments all batches share (Replayer.ReplaySharedArgs of their
+// policy).
+func ReplayCall(s *Script, marker string, ttl time.Duration, shared []string, batches []ReplayBatch) Call {
+	na := 4 + len(shared)
 	for _, b := range batches {
 		na += 2 + len(b.Args)
 	}
 	keys := make([]string, 0, 1+len(batches))
 	args := make([]string, 0, na)
 	keys = append(keys, marker)
-	args = append(args, strconv.Itoa(len(batches)), strconv.FormatInt(max(ttl.Milliseconds(), 1), 10))
+	distinct := "1"
+	if len(batches) > 1 {
+		seen := make(map[string]struct{}, len(batches))
+		for _, b := range batches {
+			if _, ok := seen[b.Key]; ok {
+				distinct = "0"
+				break
+			}
+			seen[b.Key] = struct{}{}
+		}
+	}
+	args = append(args, strconv.Itoa(len(batches)), strconv.FormatInt(max(ttl.Milliseconds(), 1), 10),
+		distinct, strconv.Itoa(len(shared)))
+	args = append(args, shared...)
 	for _, b := range batches {
 		keys = append(keys, b.Key)
 		args = append(args, b.Field, strconv.Itoa(len(b.Args)))

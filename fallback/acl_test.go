@@ -2,6 +2,7 @@ package fallback_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +19,7 @@ import (
 // run (the README quotes it).
 const ACL = "on >s3cret resetkeys ~hf:* resetchannels -@all " +
 	"+hello +auth +ping +eval +evalsha +script|load " +
-	"+time +hmget +pexpire +zremrangebyscore +zcard +zrange +zadd +zrem +set +get +hset +pttl +del"
+	"+time +hmget +pexpire +zremrangebyscore +zcard +zrange +zadd +zrem +set +get +hset +pttl +del +exists"
 
 // TestACLUser runs the whole fallback path — decisions, membership, an
 // outage, replay, the recovery barrier — as a Redis user allowed only the
@@ -60,15 +61,22 @@ func TestACLUser(t *testing.T) {
 				t.Fatalf("tb after Reset: %+v %v, want a full bucket", r, err)
 			}
 			srv.Kill()
-			for i := range 10 {
+			for i := range 20 {
 				for _, p := range []core.Policy{tb, sw} { // both replays run as the user
-					if _, err := in.lims[i%2].Allow(ctx, p, "acl-outage"); err != nil {
+					// Several keys, so that replay calls carry several
+					// batches (their markers, the EXISTS of their keys).
+					if _, err := in.lims[i%2].Allow(ctx, p, "acl-outage-"+strconv.Itoa(i%10)); err != nil {
 						t.Fatal(err)
 					}
 				}
 			}
 			srv.Restart(t)
 			in.checkRecovered(t)
+			// Nothing the user ran was refused (a script's refused command
+			// that it tolerates shows only here).
+			if log := srv.Do(t, "ACL", "LOG"); log != "[]" {
+				t.Fatalf("ACL LOG after the recovery: %s", log)
+			}
 			// The user's reach ends at the prefix.
 			store := newStore(t, backend, url)
 			_, err := store.Run(ctx, driver.NewScript("peek", "return redis.call('GET', KEYS[1])", nil), []string{"other:key"}, nil)

@@ -1,6 +1,6 @@
 -- holdfast sliding window counter reconciliation: fold one batch of grants
 -- that an instance admitted during an outage into the shared counter. This
--- is the body of driver.NewReplayScript's replay(key, i, n), which
+-- is the body of driver.NewReplayScript's replay(key, i, n, fresh), which
 -- runs it once per batch and keeps the markers that make a batch count
 -- once.
 --

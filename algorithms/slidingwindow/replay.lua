@@ -1,6 +1,6 @@
 -- holdfast sliding window reconciliation: fold one batch of grants that an
 -- instance admitted during an outage into the shared window. This is the
--- body of driver.NewReplayScript's replay(key, i, n), which runs it
+-- body of driver.NewReplayScript's replay(key, i, n, fresh), which runs it
 -- once per batch and keeps the markers that make a batch count once.
 --
 -- Each grant's units are added with their ORIGINAL admission time as score

@@ -1,7 +1,7 @@
 -- holdfast token bucket reconciliation: fold one batch of grants that an
 -- instance admitted during an outage into the shared bucket, charging the
 -- batch its MARGINAL cost in one global bucket. This is the body of
--- driver.NewReplayScript's replay(key, i, n), which runs it once per
+-- driver.NewReplayScript's replay(key, i, n, fresh), which runs it once per
 -- batch and keeps the markers that make a batch count once.
 --
 -- The first batch of a recovery records the bucket as it stood (the base)

@@ -125,7 +125,8 @@ if nb > 1 and ARGV[3] == '1' then
       keys[nk] = KEYS[1 + b]
     end
   end
-  fresh = nk > 0 and redis.call('EXISTS', unpack(keys)) == 0
+  -- An ACL without EXISTS (older docs) only costs the bodies their read.
+  fresh = nk > 0 and redis.pcall('EXISTS', unpack(keys)) == 0
 end
 local out, no, marks, nm = {}, 0, {}, 0
 for b = 1, nb do

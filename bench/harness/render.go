@@ -396,7 +396,7 @@ func (r *Report) reconcileMD(b *md) {
 	b.line("")
 	b.line("An outage log of N keys, one batch of %d grants per key, replayed by `reconcile.New(reconcile.Options{}).Reconcile`", rc.Grants)
 	b.line("into an empty Redis (FLUSHALL before every run, as after a restart) through each backend's store (pipelined")
-	b.line("`RunMany`; one instance's batches go up to 16 to a script call, their markers in one hash). Sizes up to 100k keys run %d times, larger ones %d.", r.Config.Reps, r.Config.ReconcileBigReps)
+	b.line("`RunMany`; one instance's batches go up to 32 to a script call, their markers in one hash, each 1024 batches' calls sent while the next are built). Sizes up to 100k keys run %d times, larger ones %d.", r.Config.Reps, r.Config.ReconcileBigReps)
 	b.line("Only the replay is timed; batches that fail (a pipeline past the client's 50 ms read deadline: unknown")
 	b.line("outcome) are sent again with the same IDs, as the fallback layer does, and the time includes that. \"failed\"")
 	b.line("counts first-attempt failures over all runs; \"Redis CPU/key\" is Redis's user+sys CPU time (INFO cpu) during the")

@@ -45,7 +45,7 @@ const (
 // each arguments, made of src, the Lua after manyHead.
 func NewMany(name, src string, shared, each int) *Many {
 	head := "local FIRST, EACH = " + strconv.Itoa(shared+1) + ", " + strconv.Itoa(each) + "\n" + manyHead
-	return &Many{Script: NewScript(name, head+src, nil), Shared: shared, Each: each}
+	return &Many{Script: NewScript(name, decisionShebang+head+src, nil), Shared: shared, Each: each}
 }
 
 // manyHead is what every Many script shares: the call's time, the check

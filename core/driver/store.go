@@ -65,12 +65,28 @@ func NewScript(name, src string, local LocalFunc) *Script {
 // reply was still on its way when the caller gave up: at most a reply's
 // flight time, not the length of a freeze.
 func NewDecisionScript(name, src string, local LocalFunc) *Script {
-	s := NewScript(name, deadlineGuard+src, local)
+	s := NewScript(name, decisionShebang+deadlineGuard+src, local)
 	s.guarded = true
 	return s
 }
 
-// deadlineGuard is the Lua that NewDecisionScript puts first. 64 is '@'.
+// decisionShebang starts every decision script (NewDecisionScript, and
+// NewMany's): "#!lua" without flags, Redis 7.0's declaration of a script
+// that may write. Redis then checks such a script as one write command
+// before it runs: past maxmemory it is refused whole with OOM (and on a
+// read-only replica with READONLY, under a failed save with MISCONF). A
+// script without it is checked at each write instead, and Redis lets a
+// write that may grow memory through once an earlier write of the same
+// script changed something: a sliding window decision, which trims the
+// window (ZREMRANGEBYSCORE frees memory, so it is allowed past maxmemory)
+// before it adds, was admitted through an OOM Redis whenever its trim
+// removed a member and refused otherwise, so some instances kept deciding
+// through Redis while the others had opened, a partial partition. Redis
+// before 7.0 cannot run a script that starts with it.
+const decisionShebang = "#!lua\n"
+
+// deadlineGuard is the Lua that NewDecisionScript puts after
+// decisionShebang. 64 is '@'.
 //
 // The guard leaves the Redis time it read in NOW (µs; nil when the call has
 // no deadline), for the script to use instead of reading TIME again, one

@@ -169,7 +169,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, store driver.Store, batches 
 
 // streamSlice is how many batches Reconcile builds calls for at a time,
 // and streamDepth how many slices may be in flight: with the default
-// MultiBatches, 64 calls a slice, a few pipelines ahead of Redis.
+// MultiBatches, 32 calls a slice, a few pipelines ahead of Redis.
 const (
 	streamSlice = 1024
 	streamDepth = 4

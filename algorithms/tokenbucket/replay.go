@@ -33,7 +33,7 @@ var (
 // ReplayArgs appends replay.lua's arguments for batch b: the seed, and
 // the grants both as what they make of a bucket fed them alone (see
 // replay.lua) and as text for the merge log.
-func (algorithm) ReplayArgs(args []string, b *driver.Batch, o driver.ReplayOptions) []string {
+func (algorithm) ReplayArgs(args []string, b *driver.Batch, _ driver.ReplayOptions) []string {
 	p := b.Policy
 	t := p.Interval().Microseconds()
 	full := p.Limit() * t

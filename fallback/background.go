@@ -115,8 +115,11 @@ func (l *cell) background(ctx context.Context) {
 	}
 }
 
-// pendingWork reports whether grants or resets wait to be applied in Redis.
-func (l *cell) pendingWork() bool { return l.log.pending() > 0 || l.resets.len() > 0 }
+// pendingWork reports whether grants, resets or refunds wait to be applied
+// in Redis.
+func (l *cell) pendingWork() bool {
+	return l.log.pending() > 0 || l.resets.len() > 0 || l.refunds.len() > 0
+}
 
 // flush replays grants logged after the last replay, while the breaker is
 // closed (generation gen). A failure keeps them in the log and counts
@@ -185,6 +188,9 @@ func (l *cell) reconcile(ctx context.Context) error {
 	if err := l.applyResets(ctx); err != nil {
 		return fmt.Errorf("fallback: reset: %w", err)
 	}
+	if err := l.applyRefunds(ctx); err != nil {
+		return fmt.Errorf("fallback: refund: %w", err)
+	}
 	total := 0
 	for round := 0; round < 20; round++ {
 		batches := l.log.seal()
@@ -219,9 +225,17 @@ type Status struct {
 	// PendingLog is the number of outage log entries not yet replayed: one
 	// per grant, but a token bucket key's grants within a millisecond are
 	// one entry.
-	PendingLog int           `json:"pending_log"`
-	Reconciles uint64        `json:"reconciles"`
-	LastRecon  time.Duration `json:"last_reconcile_ns"`
+	PendingLog int `json:"pending_log"`
+	// PendingRefunds is the number of AllowAll refunds (of a request Redis
+	// admitted, given back when another request denied) that the breaker
+	// kept from Redis: applied when it returns.
+	PendingRefunds int `json:"pending_refunds"`
+	// LostRefunds counts the refunds that failed in Redis (never sent
+	// again: one may have been applied) or were dropped past the pending
+	// bound: each leaves its charge spent, an under-admission.
+	LostRefunds uint64        `json:"lost_refunds"`
+	Reconciles  uint64        `json:"reconciles"`
+	LastRecon   time.Duration `json:"last_reconcile_ns"`
 	// LastError is the last failed store call (a decision, a probe, a
 	// heartbeat or a replay): nil if none has failed.
 	LastError *ErrorStatus `json:"last_error,omitempty"`
@@ -259,12 +273,14 @@ func (l *Limiter) Status() Status {
 // status is the cell's own state.
 func (l *cell) status() Status {
 	st := Status{
-		ID:         l.o.ID,
-		Breaker:    l.breaker.State().String(),
-		Instances:  l.instances.Load(),
-		PendingLog: l.log.pending(),
-		Reconciles: l.reconciles.Load(),
-		LastRecon:  time.Duration(l.lastRecon.Load()),
+		ID:             l.o.ID,
+		Breaker:        l.breaker.State().String(),
+		Instances:      l.instances.Load(),
+		PendingLog:     l.log.pending(),
+		PendingRefunds: l.refunds.len(),
+		LostRefunds:    l.refunds.lost.Load(),
+		Reconciles:     l.reconciles.Load(),
+		LastRecon:      time.Duration(l.lastRecon.Load()),
 	}
 	if f := l.lastErr.Load(); f != nil {
 		st.LastError = &ErrorStatus{Class: f.class.String(), Reason: f.reason, At: f.at}

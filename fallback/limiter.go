@@ -246,6 +246,8 @@ type cell struct {
 	// resets are the resets not yet applied in Redis (Reset during an
 	// outage).
 	resets pendingResets
+	// refunds are AllowAll's refunds that the breaker kept from Redis.
+	refunds pendingRefunds
 }
 
 //go:embed members.lua

@@ -2,6 +2,8 @@ package fallback_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,10 +18,21 @@ import (
 
 // spendCounter counts, for one storage key, the token bucket admissions
 // and refunds Redis made: their difference is what the key's bucket was
-// spent.
+// spent. It also counts the refund calls a gate refused while down, of
+// that key (lost) and of any (lostAll).
 type spendCounter struct {
-	key              string
-	admits, refunded atomic.Int64
+	key                             string
+	admits, refunded, lost, lostAll atomic.Int64
+}
+
+func (s *spendCounter) refused(sc *driver.Script, keys []string) {
+	if !strings.HasSuffix(sc.Name(), "_refund") {
+		return
+	}
+	s.lostAll.Add(1)
+	if len(keys) > 0 && keys[0] == s.key {
+		s.lost.Add(1)
+	}
 }
 
 func (s *spendCounter) count(sc *driver.Script, keys []string, r []int64) {
@@ -41,6 +54,9 @@ func (s *spendCounter) count(sc *driver.Script, keys []string, r []int64) {
 // the admitted requests it decided, however many requests the per-minute
 // window denied after the per-second bucket admitted them. On one Redis,
 // through a 2 s outage of every instance, and on a 3-master Cluster.
+// Through the outage, a refund the breaker kept from Redis is applied
+// when it returns; only a refund whose call failed stays spent, and each
+// instance's Status counts it lost.
 func TestAllowAllFourInstances(t *testing.T) {
 	t.Parallel()
 	single := redistest.Start(t)
@@ -64,7 +80,7 @@ func TestAllowAllFourInstances(t *testing.T) {
 			counter := &spendCounter{key: skey}
 			var stores []*gate
 			in := startInstancesWith(t, []string{tc.url, tc.url, tc.url, tc.url}, "", callTimeout, func(url string) driver.Store {
-				g := &gate{Store: newStore(t, "goredis", url), count: counter.count}
+				g := &gate{Store: newStore(t, "goredis", url), count: counter.count, refused: counter.refused}
 				stores = append(stores, g)
 				return gated(g, len(stores) == 2)
 			})
@@ -109,9 +125,28 @@ func TestAllowAllFourInstances(t *testing.T) {
 				}
 			}
 			wg.Wait()
-			admits, refunded := counter.admits.Load(), counter.refunded.Load()
-			t.Logf("admitted %d (%d through Redis), denied %d (%d of them admitted by the per-second bucket alone), errors %d; per-second bucket: %d admissions − %d refunds",
-				admitted.Load(), remoteAdmitted.Load(), denied.Load(), secOnly.Load(), errs.Load(), admits, refunded)
+			// Every instance's pending refunds applied (bounded wait).
+			var pending, lostSeen int
+			for end := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+				pending, lostSeen = 0, 0
+				for _, l := range in.lims {
+					st := l.Status()
+					pending += st.PendingRefunds
+					lostSeen += int(st.LostRefunds)
+				}
+				if pending == 0 || time.Now().After(end) {
+					break
+				}
+			}
+			admits, refunded, lost := counter.admits.Load(), counter.refunded.Load(), counter.lost.Load()
+			t.Logf("admitted %d (%d through Redis), denied %d (%d of them admitted by the per-second bucket alone), errors %d; per-second bucket: %d admissions − %d refunds, %d refunds refused by the cut; Status: %d refunds lost, %d pending",
+				admitted.Load(), remoteAdmitted.Load(), denied.Load(), secOnly.Load(), errs.Load(), admits, refunded, lost, lostSeen, pending)
+			if pending != 0 {
+				t.Errorf("%d refunds still pending after the outage", pending)
+			}
+			if int64(lostSeen) != counter.lostAll.Load() {
+				t.Errorf("Status counts %d refunds lost, the gates refused %d", lostSeen, counter.lostAll.Load())
+			}
 			if errs.Load() != 0 {
 				t.Errorf("%d errors", errs.Load())
 			}
@@ -127,8 +162,78 @@ func TestAllowAllFourInstances(t *testing.T) {
 			if secOnly.Load() < 20 {
 				t.Errorf("only %d requests admitted by the per-second bucket and denied by the window: the test did not reach the case it is about", secOnly.Load())
 			}
-			if net := admits - refunded; net != remoteAdmitted.Load() {
-				t.Errorf("per-second bucket spent %d times in Redis (%d − %d refunds), want %d: the requests it admitted", net, admits, refunded, remoteAdmitted.Load())
+			// Spent by the requests it admitted, and by the refunds whose
+			// call failed (a handful, at the cut; none without an outage).
+			if net := admits - refunded; net != remoteAdmitted.Load()+lost {
+				t.Errorf("per-second bucket spent %d times in Redis (%d − %d refunds), want %d: the %d requests it admitted and the %d refunds refused by the cut", net, admits, refunded, remoteAdmitted.Load()+lost, remoteAdmitted.Load(), lost)
+			}
+			if lost > 8 {
+				t.Errorf("%d refunds lost: more than one a client goroutine", lost)
+			}
+		})
+	}
+}
+
+// TestAllowAllRefundKept: a refund the breaker keeps from Redis (it opened
+// between the charge and the refund) is not lost: it waits, Status shows
+// it pending, and it is applied once when Redis returns. The per-minute
+// window (1/min, spent first) denies in Redis and the breaker trips with
+// that reply; the per-second bucket's charge is then refunded only after
+// the outage: its Redis spend goes from 2 to 1, the one admitted request.
+// Charged in order and pipelined.
+func TestAllowAllRefundKept(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	for _, pipelined := range []bool{false, true} {
+		t.Run(fmt.Sprintf("pipelined=%v", pipelined), func(t *testing.T) {
+			t.Parallel()
+			sec := must(tokenbucket.Policy(fmt.Sprintf("ksec%v", pipelined), 10, 10))
+			perMin := must(slidingwindow.Policy(fmt.Sprintf("kmin%v", pipelined), 1, time.Minute))
+			l, g := newGatedPipe(t, "goredis", srv, false, pipelined)
+			counter := &spendCounter{key: driver.StorageKey("hf:", sec.Name(), "client")}
+			var tripped atomic.Bool
+			g.refused = counter.refused
+			g.count = func(sc *driver.Script, keys []string, r []int64) {
+				counter.count(sc, keys, r)
+				if sc.Name() == slidingwindow.Name && len(r) > 0 && r[0] == 0 && !tripped.Swap(true) {
+					g.down.Store(true)
+					l.Breaker().Trip(nil)
+				}
+			}
+			ctx := context.Background()
+			reqs := []core.Request{{Policy: sec, Key: "client"}, {Policy: perMin, Key: "client"}}
+			if rs, err := l.AllowAll(ctx, reqs...); err != nil || !core.AllAllowed(rs) {
+				t.Fatalf("first AllowAll: %v, %v; want both admitted", rs, err)
+			}
+			rs, err := l.AllowAll(ctx, reqs...)
+			if err != nil || len(rs) != 2 || !rs[0].Allowed || rs[1].Allowed {
+				t.Fatalf("second AllowAll: %v, %v; want the bucket's admission and the window's denial", rs, err)
+			}
+			if !tripped.Load() {
+				t.Fatal("the window's denial did not come from Redis")
+			}
+			st := l.Status()
+			if st.PendingRefunds != 1 || st.LostRefunds != 0 {
+				t.Fatalf("during the outage: %d refunds pending, %d lost; want 1 and 0", st.PendingRefunds, st.LostRefunds)
+			}
+			if net := counter.admits.Load() - counter.refunded.Load(); net != 2 {
+				t.Fatalf("during the outage the bucket is spent %d times in Redis, want 2", net)
+			}
+			g.down.Store(false)
+			for end := time.Now().Add(5 * time.Second); (l.Status().PendingRefunds > 0 || l.Status().Breaker != "closed") && time.Now().Before(end); {
+				time.Sleep(10 * time.Millisecond)
+			}
+			st = l.Status()
+			net := counter.admits.Load() - counter.refunded.Load()
+			t.Logf("after the outage: breaker %s, %d pending, %d lost; bucket spent %d (%d − %d)", st.Breaker, st.PendingRefunds, st.LostRefunds, net, counter.admits.Load(), counter.refunded.Load())
+			if st.Breaker != "closed" || st.PendingRefunds != 0 || st.LostRefunds != 0 {
+				t.Errorf("after the outage: breaker %s, %d refunds pending, %d lost; want closed, 0, 0", st.Breaker, st.PendingRefunds, st.LostRefunds)
+			}
+			if net != 1 {
+				t.Errorf("after the outage the bucket is spent %d times in Redis, want 1: the admitted request", net)
+			}
+			if n := counter.lostAll.Load(); n != 0 {
+				t.Errorf("the gate refused %d refunds, want 0: the breaker kept the refund", n)
 			}
 		})
 	}

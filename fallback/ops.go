@@ -1,10 +1,12 @@
 package fallback
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/holdfast/holdfast/core"
@@ -476,9 +478,13 @@ func (l *cell) chargeRemote(ctx context.Context, p core.Policy, key string, cost
 
 // refund gives back the Redis charges among the first requests
 // (ch[i].remote), in one round trip when they are all of one cell over a
-// store that pipelines. A refund Redis does not take leaves its charge
-// spent (an under-admission); the breaker counts its failure and Status
-// shows it.
+// store that pipelines. A refund its cell's breaker keeps from Redis (it
+// opened since the charge) was never sent: it waits in the cell's pending
+// refunds and is applied once when Redis returns, before the outage log's
+// replay. A refund whose call fails may have been applied or not; it is
+// not sent again, so its charge may stay spent (an under-admission, never
+// more admitted): Status.LostRefunds counts them, the breaker counts the
+// failure.
 func (l *Limiter) refund(ctx context.Context, reqs []core.Request, ch []charge) {
 	var calls []driver.Call
 	var cells []*cell
@@ -498,6 +504,7 @@ func (l *Limiter) refund(ctx context.Context, reqs []core.Request, ch []charge) 
 		c := cells[0]
 		gen, closed := c.breaker.Allow()
 		if !closed {
+			c.refunds.add(calls...)
 			return
 		}
 		start := c.o.Clock()
@@ -505,19 +512,83 @@ func (l *Limiter) refund(ctx context.Context, reqs []core.Request, ch []charge) 
 		res := pl.RunMany(cctx, calls)
 		took := c.o.Clock().Sub(start)
 		cancel()
+		var failed error
 		for _, r := range res {
-			if r.Err != nil && core.ClassOf(r.Err) != core.ClassRequest && ctx.Err() == nil {
-				c.storeFailed(gen, r.Err, took)
-				return
+			if r.Err != nil && core.ClassOf(r.Err) != core.ClassRequest {
+				c.refunds.lost.Add(1)
+				failed = cmp.Or(failed, r.Err)
 			}
 		}
-		c.breaker.Done(gen, nil, took)
+		switch {
+		case failed == nil:
+			c.breaker.Done(gen, nil, took)
+		case ctx.Err() == nil:
+			c.storeFailed(gen, failed, took)
+		}
 		return
 	}
 	for i, call := range calls {
 		c := cells[i]
-		if gen, closed := c.breaker.Allow(); closed {
-			_, _ = c.call(ctx, gen, call.Script, call.Keys, call.Args)
+		gen, closed := c.breaker.Allow()
+		if !closed {
+			c.refunds.add(call)
+			continue
+		}
+		if _, err := c.call(ctx, gen, call.Script, call.Keys, call.Args); err != nil && core.ClassOf(err) != core.ClassRequest {
+			c.refunds.lost.Add(1)
 		}
 	}
+}
+
+// maxPendingRefunds bounds a cell's pending refunds: past it a refund is
+// dropped and counted lost (its charge stays spent).
+const maxPendingRefunds = 4096
+
+// pendingRefunds are the refund calls a breaker kept from Redis, to apply
+// once when it returns, and the count of refunds lost: failed in the store
+// or dropped past maxPendingRefunds.
+type pendingRefunds struct {
+	mu    sync.Mutex
+	calls []driver.Call
+	lost  atomic.Uint64
+}
+
+func (r *pendingRefunds) add(calls ...driver.Call) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	keep := min(len(calls), maxPendingRefunds-len(r.calls))
+	r.calls = append(r.calls, calls[:keep]...)
+	r.lost.Add(uint64(len(calls) - keep))
+}
+
+func (r *pendingRefunds) len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.calls)
+}
+
+// take empties the pending refunds and returns them.
+func (r *pendingRefunds) take() []driver.Call {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	calls := r.calls
+	r.calls = nil
+	return calls
+}
+
+// applyRefunds sends the pending refunds, each once; reconMu is held. A
+// refund whose call fails is not sent again (it may have been applied):
+// it is counted lost, and the first store failure is returned.
+func (l *cell) applyRefunds(ctx context.Context) error {
+	var failed error
+	for _, call := range l.refunds.take() {
+		cctx, cancel := context.WithTimeout(ctx, l.breaker.CallTimeout())
+		_, err := l.store.Run(cctx, call.Script, call.Keys, call.Args)
+		cancel()
+		if err != nil && core.ClassOf(err) != core.ClassRequest {
+			l.refunds.lost.Add(1)
+			failed = cmp.Or(failed, err)
+		}
+	}
+	return failed
 }

@@ -25,10 +25,15 @@ type gate struct {
 	driver.Store
 	down  atomic.Bool
 	count func(sc *driver.Script, keys []string, reply []int64)
+	// refused, if set, sees each call the gate refused while down.
+	refused func(sc *driver.Script, keys []string)
 }
 
 func (g *gate) Run(ctx context.Context, s *driver.Script, keys, args []string) ([]int64, error) {
 	if g.down.Load() {
+		if g.refused != nil {
+			g.refused(s, keys)
+		}
 		return nil, driver.Errorf(core.ErrStoreUnavailable, "gate: cut")
 	}
 	r, err := g.Store.Run(ctx, s, keys, args)
@@ -47,6 +52,9 @@ func (g pipeGate) RunMany(ctx context.Context, calls []driver.Call) []driver.Cal
 	if g.down.Load() {
 		for i := range res {
 			res[i].Err = driver.Errorf(core.ErrStoreUnavailable, "gate: cut")
+			if g.refused != nil {
+				g.refused(calls[i].Script, calls[i].Keys)
+			}
 		}
 		return res
 	}

@@ -59,6 +59,8 @@ func (s *shardSet) status(st *Status) {
 		cs := c.status()
 		st.Instances = max(st.Instances, cs.Instances)
 		st.PendingLog += cs.PendingLog
+		st.PendingRefunds += cs.PendingRefunds
+		st.LostRefunds += cs.LostRefunds
 		st.Reconciles += cs.Reconciles
 		st.LastRecon = max(st.LastRecon, cs.LastRecon)
 		if e := cs.LastError; e != nil && (st.LastError == nil || e.At.After(st.LastError.At)) {

@@ -118,8 +118,8 @@ func (m *Metrics) setState(s fallback.State) {
 }
 
 // Watch registers gauges read from status at every scrape: the outage log's
-// pending grants, the live instance count, the reconcile count and the last
-// reconciliation's duration. Only the first call registers; status must be
+// pending grants, the live instance count, AllowAll's pending and lost
+// refunds, the reconcile count and the last reconciliation's duration. Only the first call registers; status must be
 // cheap and safe for concurrent use (fallback.Limiter.Status is).
 func (m *Metrics) Watch(status func() fallback.Status) {
 	m.watchOnce.Do(func() {
@@ -132,6 +132,14 @@ func (m *Metrics) Watch(status func() fallback.Status) {
 				Namespace: Namespace, Name: "instances",
 				Help: "Live instance count this instance divides the quota by during an outage.",
 			}, func() float64 { return float64(status().Instances) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Namespace: Namespace, Name: "pending_refunds",
+				Help: "AllowAll refunds the breaker kept from Redis, applied when it returns.",
+			}, func() float64 { return float64(status().PendingRefunds) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Namespace: Namespace, Name: "lost_refunds_total",
+				Help: "AllowAll refunds that failed in Redis or were dropped: each leaves its charge spent (an under-admission).",
+			}, func() float64 { return float64(status().LostRefunds) }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{
 				Namespace: Namespace, Name: "reconciles_total",
 				Help: "Replays of the outage log into Redis.",

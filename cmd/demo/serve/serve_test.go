@@ -169,7 +169,7 @@ func TestOperatorRoutes(t *testing.T) {
 	if err := json.Unmarshal(w.Body.Bytes(), &st); err != nil || w.Code != 200 {
 		t.Fatalf("/status: %d %s", w.Code, w.Body)
 	}
-	for _, k := range []string{"id", "breaker", "instances", "pending_log", "reconciles", "backend", "ready"} {
+	for _, k := range []string{"id", "breaker", "instances", "pending_log", "pending_refunds", "lost_refunds", "reconciles", "backend", "ready"} {
 		if _, ok := st[k]; !ok {
 			t.Errorf("/status lacks %q: %s", k, w.Body)
 		}

@@ -40,7 +40,7 @@ func newStore(t *testing.T, backend, url string) driver.Store {
 	t.Helper()
 	switch backend {
 	case "goredis":
-		c, err := goredis.NewClient(url, goredis.ClientOptions{ReadTimeout: callTimeout, WriteTimeout: callTimeout})
+		c, err := goredis.NewClient(url, goredis.ClientOptions{DialTimeout: callTimeout, ReadTimeout: callTimeout, WriteTimeout: callTimeout}) // the dial as the rueidis one: the default 100 ms has timed out on a loaded machine
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -180,61 +180,84 @@ func TestAllowAllFourInstances(t *testing.T) {
 // window (1/min, spent first) denies in Redis and the breaker trips with
 // that reply; the per-second bucket's charge is then refunded only after
 // the outage: its Redis spend goes from 2 to 1, the one admitted request.
-// Charged in order and pipelined.
+// Charged in order and pipelined. When the kept refund's own call fails
+// at the recovery it is not sent again (it may have been applied): it is
+// counted lost and the bucket stays spent twice.
 func TestAllowAllRefundKept(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	for _, pipelined := range []bool{false, true} {
-		t.Run(fmt.Sprintf("pipelined=%v", pipelined), func(t *testing.T) {
-			t.Parallel()
-			sec := must(tokenbucket.Policy(fmt.Sprintf("ksec%v", pipelined), 10, 10))
-			perMin := must(slidingwindow.Policy(fmt.Sprintf("kmin%v", pipelined), 1, time.Minute))
-			l, g := newGatedPipe(t, "goredis", srv, false, pipelined)
-			counter := &spendCounter{key: driver.StorageKey("hf:", sec.Name(), "client")}
-			var tripped atomic.Bool
-			g.refused = counter.refused
-			g.count = func(sc *driver.Script, keys []string, r []int64) {
-				counter.count(sc, keys, r)
-				if sc.Name() == slidingwindow.Name && len(r) > 0 && r[0] == 0 && !tripped.Swap(true) {
-					g.down.Store(true)
-					l.Breaker().Trip(nil)
-				}
-			}
-			ctx := context.Background()
-			reqs := []core.Request{{Policy: sec, Key: "client"}, {Policy: perMin, Key: "client"}}
-			if rs, err := l.AllowAll(ctx, reqs...); err != nil || !core.AllAllowed(rs) {
-				t.Fatalf("first AllowAll: %v, %v; want both admitted", rs, err)
-			}
-			rs, err := l.AllowAll(ctx, reqs...)
-			if err != nil || len(rs) != 2 || !rs[0].Allowed || rs[1].Allowed {
-				t.Fatalf("second AllowAll: %v, %v; want the bucket's admission and the window's denial", rs, err)
-			}
-			if !tripped.Load() {
-				t.Fatal("the window's denial did not come from Redis")
-			}
-			st := l.Status()
-			if st.PendingRefunds != 1 || st.LostRefunds != 0 {
-				t.Fatalf("during the outage: %d refunds pending, %d lost; want 1 and 0", st.PendingRefunds, st.LostRefunds)
-			}
-			if net := counter.admits.Load() - counter.refunded.Load(); net != 2 {
-				t.Fatalf("during the outage the bucket is spent %d times in Redis, want 2", net)
-			}
-			g.down.Store(false)
-			for end := time.Now().Add(5 * time.Second); (l.Status().PendingRefunds > 0 || l.Status().Breaker != "closed") && time.Now().Before(end); {
-				time.Sleep(10 * time.Millisecond)
-			}
-			st = l.Status()
-			net := counter.admits.Load() - counter.refunded.Load()
-			t.Logf("after the outage: breaker %s, %d pending, %d lost; bucket spent %d (%d − %d)", st.Breaker, st.PendingRefunds, st.LostRefunds, net, counter.admits.Load(), counter.refunded.Load())
-			if st.Breaker != "closed" || st.PendingRefunds != 0 || st.LostRefunds != 0 {
-				t.Errorf("after the outage: breaker %s, %d refunds pending, %d lost; want closed, 0, 0", st.Breaker, st.PendingRefunds, st.LostRefunds)
-			}
-			if net != 1 {
-				t.Errorf("after the outage the bucket is spent %d times in Redis, want 1: the admitted request", net)
-			}
-			if n := counter.lostAll.Load(); n != 0 {
-				t.Errorf("the gate refused %d refunds, want 0: the breaker kept the refund", n)
-			}
-		})
+		for _, failApply := range []bool{false, true} {
+			t.Run(fmt.Sprintf("pipelined=%v/apply_fails=%v", pipelined, failApply), func(t *testing.T) {
+				t.Parallel()
+				refundKept(t, srv, pipelined, failApply)
+			})
+		}
+	}
+}
+
+func refundKept(t *testing.T, srv *redistest.Server, pipelined, failApply bool) {
+	name := fmt.Sprintf("%v%v", pipelined, failApply)
+	sec := must(tokenbucket.Policy("ksec"+name, 10, 10))
+	perMin := must(slidingwindow.Policy("kmin"+name, 1, time.Minute))
+	l, g := newGatedPipe(t, "goredis", srv, false, pipelined)
+	counter := &spendCounter{key: driver.StorageKey("hf:", sec.Name(), "client")}
+	var tripped atomic.Bool
+	g.refused = counter.refused
+	g.count = func(sc *driver.Script, keys []string, r []int64) {
+		counter.count(sc, keys, r)
+		if sc.Name() == slidingwindow.Name && len(r) > 0 && r[0] == 0 && !tripped.Swap(true) {
+			g.down.Store(true)
+			l.Breaker().Trip(nil)
+		}
+	}
+	ctx := context.Background()
+	reqs := []core.Request{{Policy: sec, Key: "client"}, {Policy: perMin, Key: "client"}}
+	if rs, err := l.AllowAll(ctx, reqs...); err != nil || !core.AllAllowed(rs) {
+		t.Fatalf("first AllowAll: %v, %v; want both admitted", rs, err)
+	}
+	rs, err := l.AllowAll(ctx, reqs...)
+	if err != nil || len(rs) != 2 || !rs[0].Allowed || rs[1].Allowed {
+		t.Fatalf("second AllowAll: %v, %v; want the bucket's admission and the window's denial", rs, err)
+	}
+	if !tripped.Load() {
+		t.Fatal("the window's denial did not come from Redis")
+	}
+	st := l.Status()
+	if st.PendingRefunds != 1 || st.LostRefunds != 0 {
+		t.Fatalf("during the outage: %d refunds pending, %d lost; want 1 and 0", st.PendingRefunds, st.LostRefunds)
+	}
+	if net := counter.admits.Load() - counter.refunded.Load(); net != 2 {
+		t.Fatalf("during the outage the bucket is spent %d times in Redis, want 2", net)
+	}
+	var failed atomic.Int64
+	if failApply {
+		fail := func(sc *driver.Script) bool {
+			return sc.Name() == tokenbucket.Name+"_refund" && failed.Add(1) == 1
+		}
+		g.fail.Store(&fail)
+	}
+	g.down.Store(false)
+	for end := time.Now().Add(5 * time.Second); (l.Status().PendingRefunds > 0 || l.Status().Breaker != "closed") && time.Now().Before(end); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	st = l.Status()
+	net := counter.admits.Load() - counter.refunded.Load()
+	t.Logf("after the outage: breaker %s, %d pending, %d lost; bucket spent %d (%d − %d)", st.Breaker, st.PendingRefunds, st.LostRefunds, net, counter.admits.Load(), counter.refunded.Load())
+	wantLost, wantNet := uint64(0), int64(1)
+	if failApply {
+		wantLost, wantNet = 1, 2
+		if n := failed.Load(); n != 1 {
+			t.Errorf("the refund was sent %d times at the recovery, want once", n)
+		}
+	}
+	if st.Breaker != "closed" || st.PendingRefunds != 0 || st.LostRefunds != wantLost {
+		t.Errorf("after the outage: breaker %s, %d refunds pending, %d lost; want closed, 0, %d", st.Breaker, st.PendingRefunds, st.LostRefunds, wantLost)
+	}
+	if net != wantNet {
+		t.Errorf("after the outage the bucket is spent %d times in Redis, want %d", net, wantNet)
+	}
+	if n := counter.lostAll.Load(); n != 0 {
+		t.Errorf("the gate refused %d refunds, want 0: the breaker kept the refund", n)
 	}
 }

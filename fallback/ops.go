@@ -576,19 +576,45 @@ func (r *pendingRefunds) take() []driver.Call {
 	return calls
 }
 
-// applyRefunds sends the pending refunds, each once; reconMu is held. A
-// refund whose call fails is not sent again (it may have been applied):
-// it is counted lost, and the first store failure is returned.
+// refundChunk is how many pending refunds applyRefunds sends in one
+// pipeline, each pipeline within the call deadline.
+const refundChunk = 256
+
+// applyRefunds sends the pending refunds, each once, pipelined when the
+// store pipelines; reconMu is held. A refund whose call fails is not sent
+// again (it may have been applied): it is counted lost. At the first
+// store failure the refunds not yet sent go back to the pending ones, for
+// the next recovery, and the failure is returned: a Redis gone again does
+// not hold the recovery a call deadline per refund.
 func (l *cell) applyRefunds(ctx context.Context) error {
-	var failed error
-	for _, call := range l.refunds.take() {
+	calls := l.refunds.take()
+	pl, pipelined := l.store.(driver.Pipeliner)
+	for len(calls) > 0 {
+		n := 1
+		if pipelined {
+			n = min(len(calls), refundChunk)
+		}
 		cctx, cancel := context.WithTimeout(ctx, l.breaker.CallTimeout())
-		_, err := l.store.Run(cctx, call.Script, call.Keys, call.Args)
+		var res []driver.CallResult
+		if pipelined {
+			res = pl.RunMany(cctx, calls[:n])
+		} else {
+			_, err := l.store.Run(cctx, calls[0].Script, calls[0].Keys, calls[0].Args)
+			res = []driver.CallResult{{Err: err}}
+		}
 		cancel()
-		if err != nil && core.ClassOf(err) != core.ClassRequest {
-			l.refunds.lost.Add(1)
-			failed = cmp.Or(failed, err)
+		calls = calls[n:]
+		var failed error
+		for _, r := range res {
+			if r.Err != nil && core.ClassOf(r.Err) != core.ClassRequest {
+				l.refunds.lost.Add(1)
+				failed = cmp.Or(failed, r.Err)
+			}
+		}
+		if failed != nil {
+			l.refunds.add(calls...)
+			return failed
 		}
 	}
-	return failed
+	return nil
 }

@@ -27,9 +27,21 @@ type gate struct {
 	count func(sc *driver.Script, keys []string, reply []int64)
 	// refused, if set, sees each call the gate refused while down.
 	refused func(sc *driver.Script, keys []string)
+	// fail, if set, refuses the calls it is true for, as if down; it may
+	// be set while the gate is in use.
+	fail atomic.Pointer[func(sc *driver.Script) bool]
+}
+
+// fails reports whether fail refuses a call of sc.
+func (g *gate) fails(sc *driver.Script) bool {
+	f := g.fail.Load()
+	return f != nil && (*f)(sc)
 }
 
 func (g *gate) Run(ctx context.Context, s *driver.Script, keys, args []string) ([]int64, error) {
+	if g.fails(s) {
+		return nil, driver.Errorf(core.ErrStoreUnavailable, "gate: failed")
+	}
 	if g.down.Load() {
 		if g.refused != nil {
 			g.refused(s, keys)
@@ -58,7 +70,18 @@ func (g pipeGate) RunMany(ctx context.Context, calls []driver.Call) []driver.Cal
 		}
 		return res
 	}
-	res = g.Store.(driver.Pipeliner).RunMany(ctx, calls)
+	var send []driver.Call // the calls fail lets through, sent
+	var at []int
+	for i, c := range calls {
+		if g.fails(c.Script) {
+			res[i].Err = driver.Errorf(core.ErrStoreUnavailable, "gate: failed")
+			continue
+		}
+		send, at = append(send, c), append(at, i)
+	}
+	for j, r := range g.Store.(driver.Pipeliner).RunMany(ctx, send) {
+		res[at[j]] = r
+	}
 	for i, r := range res {
 		if r.Err == nil && g.count != nil {
 			g.count(calls[i].Script, calls[i].Keys, r.Reply)

@@ -22,10 +22,11 @@ const (
 )
 
 // StoreOptions tunes how a Store coalesces concurrent Run calls, as rueidis
-// pipelines them on its own. A Run call that arrives while no other is in
-// flight on the Store is sent at once, on its own: a lone caller waits for
-// nothing but its round trip. A call that arrives while others are in flight
-// is queued, and a few flusher goroutines send what is queued in pipelines:
+// pipelines them on its own. A Run call that arrives while at most
+// DirectCalls are in flight on the Store (itself included) is sent at once,
+// on its own: a lone caller, and the few calls in flight on a hot key whose
+// decisions share calls, wait for nothing but their round trip. A call that
+// arrives while more are in flight is queued, and a few flusher goroutines send what is queued in pipelines:
 // many calls share one round trip and one write and read on one connection,
 // where each would otherwise pay its own, so concurrent callers make more
 // decisions per second. Flushers start when calls are queued and exit when
@@ -93,13 +94,23 @@ var pendingPool = sync.Pool{New: func() any {
 	return p
 }}
 
-// runCoalesced is Run on a Store that coalesces: on its own when no other
-// call is in flight, else queued for a pipeline.
+// DirectCalls is how many Run calls in flight on a Store are sent on
+// their own, each on a pooled connection, before calls are queued for
+// pipelines (see StoreOptions). Chosen with the harness's hot-key rows
+// (bench/, make bench): a hot key's decisions share calls, at most two in
+// flight on the key (pipeline.Decisions), and sent directly rather than
+// through a flusher goroutine they made more decisions a second at G=16
+// and G=64 than with one direct call (BENCHMARKS.md); 2 to 8 measured
+// alike. As rueidis.LoneCalls.
+const DirectCalls = 4
+
+// runCoalesced is Run on a Store that coalesces: on its own when at most
+// DirectCalls are in flight, else queued for a pipeline.
 func (s *Store) runCoalesced(ctx context.Context, sc *driver.Script, keys, args []string) ([]int64, error) {
 	co := s.co
 	n := co.inflight.Add(1)
 	defer co.inflight.Add(-1)
-	if n == 1 {
+	if n <= DirectCalls {
 		return s.runDirect(ctx, sc, keys, args)
 	}
 	if err := ctx.Err(); err != nil {

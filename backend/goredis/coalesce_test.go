@@ -139,29 +139,42 @@ func TestCoalescedExact(t *testing.T) {
 	}
 }
 
-// TestCoalescedLoneCaller: calls one after another never wait for a
-// pipeline; every one is sent on its own.
-func TestCoalescedLoneCaller(t *testing.T) {
+// TestCoalescedFewCallers: calls made while at most DirectCalls are in
+// flight never wait for a pipeline; every one is sent on its own, by one
+// caller and by DirectCalls callers at once. With one caller more, some
+// are queued.
+func TestCoalescedFewCallers(t *testing.T) {
 	t.Parallel()
-	s := coalescing(newClient(t, redistest.Start(t).URL(), relaxed))
-	l, err := core.NewLimiter(s, core.Options{Prefix: "lone:"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := tokenbucket.Policy("lone", 50, noRefill)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n tally
-	hammer(1, 80, func(int, int) { n.add(l.Allow(context.Background(), p, "k")) })
-	if n.admitted.Load() != 50 || n.denied.Load() != 30 || n.failed.Load() != 0 {
-		t.Errorf("admitted %d denied %d failed %d, want 50, 30, 0", n.admitted.Load(), n.denied.Load(), n.failed.Load())
-	}
-	if pipes, queued := s.CoalesceStats(); pipes != 0 || queued != 0 {
-		t.Errorf("a lone caller sent %d calls in %d pipelines, want none", queued, pipes)
-	}
-	if s.Flushers() != 0 {
-		t.Errorf("%d flushers after a lone caller", s.Flushers())
+	for _, tc := range []struct {
+		callers int
+		queued  bool
+	}{{1, false}, {goredis.DirectCalls, false}, {4 * goredis.DirectCalls, true}} {
+		t.Run(fmt.Sprintf("callers=%d", tc.callers), func(t *testing.T) {
+			t.Parallel()
+			s := coalescing(newClient(t, redistest.Start(t).URL(), relaxed))
+			l, err := core.NewLimiter(s, core.Options{Prefix: "few:"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := tokenbucket.Policy("few", 50, noRefill)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var n tally
+			const total = 160
+			hammer(tc.callers, total/tc.callers, func(int, int) { n.add(l.Allow(context.Background(), p, "k")) })
+			if n.admitted.Load() != 50 || n.denied.Load() != total-50 || n.failed.Load() != 0 {
+				t.Errorf("admitted %d denied %d failed %d, want 50, %d, 0", n.admitted.Load(), n.denied.Load(), n.failed.Load(), total-50)
+			}
+			pipes, queued := s.CoalesceStats()
+			if !tc.queued && (pipes != 0 || queued != 0) {
+				t.Errorf("%d callers sent %d calls in %d pipelines, want none", tc.callers, queued, pipes)
+			}
+			if tc.queued && queued == 0 {
+				t.Errorf("%d callers sent no call in a pipeline", tc.callers)
+			}
+			waitNoFlushers(t, s)
+		})
 	}
 }
 

@@ -96,8 +96,8 @@ type ClientOptions struct {
 // a server close it, so after a Redis restart the first call already uses a
 // new connection instead of failing on the dead one. Each new connection must
 // answer a PING before rueidis gets it (see probing). Beside it, the client
-// holds an unpipelined one for the Run calls a Store makes while no other is
-// in flight, and a pipelined one without MaxFlushDelay for those made while
+// holds an unpipelined one for the Run calls a Store makes while at most
+// LoneCalls are in flight, and a pipelined one without MaxFlushDelay for those made while
 // fewer than CrowdCalls are (see Store); Close closes them all.
 //
 // A single-node client does not need Redis up to be created: rueidis dials at

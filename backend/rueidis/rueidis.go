@@ -20,14 +20,16 @@ import (
 // when the server has lost its script cache. It never retries. It is safe for
 // concurrent use.
 //
-// On a client from NewClient, a Run call made while no other is in flight
-// on the Store is written and read on the caller's goroutine, on a pooled
-// connection of its own; a call made while others are in flight goes on an
-// automatically pipelined connection, with them: one whose writer never
-// waits for more calls while fewer than CrowdCalls are in flight, the one
-// that waits MaxFlushDelay after each flush from then on. A lone caller so
-// waits for its round trip only, not for the hand-offs to and from a
-// pipeline's writer and reader goroutines; a few callers are not held up
+// On a client from NewClient, a Run call made while at most LoneCalls are
+// in flight on the Store (itself included) is written and read on the
+// caller's goroutine, on a pooled connection of its own; a call made while
+// more are in flight goes on an automatically pipelined connection, with
+// them: one whose writer never waits for more calls while fewer than
+// CrowdCalls are in flight, the one that waits MaxFlushDelay after each
+// flush from then on. A lone caller, and the few calls in flight on a hot
+// key whose decisions share calls (below), so wait for their round trip
+// only, not for the hand-offs to and from a pipeline's writer and reader
+// goroutines; a few callers are not held up
 // by a flush delay, and many share the fewest writes and reads. On
 // another client every call goes as that client sends it.
 //
@@ -106,7 +108,7 @@ func (s *Store) Run(ctx context.Context, sc *driver.Script, keys, args []string)
 func (s *Store) run(ctx context.Context, sc *driver.Script, keys, args []string) ([]int64, error) {
 	c := s.c
 	switch n := s.inflight.Add(1); {
-	case n == 1 && s.lone != nil:
+	case n <= LoneCalls && s.lone != nil:
 		c = s.lone
 		if _, ok := ctx.Deadline(); !ok {
 			// rueidis runs a call on the caller's goroutine only when
@@ -132,6 +134,17 @@ func (s *Store) run(ctx context.Context, sc *driver.Script, keys, args []string)
 	}
 	return parse(sc.Name(), res)
 }
+
+// LoneCalls is how many Run calls in flight on a Store go on pooled
+// connections of their own, each written and read on its caller's
+// goroutine (see Store). Chosen with the harness's hot-key rows (bench/,
+// make bench): a hot key's decisions share calls, at most two in flight on
+// the key (pipeline.Decisions), and sent this way rather than through the
+// pipeline's writer and reader goroutines they made more decisions a
+// second at G=16 and G=64 than with one lone call (BENCHMARKS.md); 2 to 8
+// measured alike, while 16 sent the 100k-key rows' calls at G=16
+// unpipelined, which cost them.
+const LoneCalls = 4
 
 // staleRetries bounds how many stale pooled connections a lone call
 // passes over.

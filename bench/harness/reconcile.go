@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -32,6 +33,45 @@ type reconcileResult struct {
 	// RedisUsPerKey is Redis's CPU time (INFO cpu) per key replayed, one
 	// figure per run.
 	RedisUsPerKey map[reconcileCell][]float64
+	// Floors are the floor rows (floorAlgs), run at sizes up to 100k
+	// keys: the token bucket's replay calls with another body.
+	Floors []string
+}
+
+// The floor rows replay the token bucket's batches, with its arguments,
+// markers and calls, through a body that does nothing but reply
+// (floorNoop) or only SETs its key (floorSet): the Redis CPU a key costs
+// before the algorithm's own work, and with the one write a token bucket
+// replay makes.
+const (
+	floorNoop = "floor: body replies only"
+	floorSet  = "floor: body SETs its key only"
+)
+
+// floorBodies are the floor rows' replay bodies (driver.NewReplayScript).
+var floorBodies = map[string]string{
+	floorNoop: "return {1, 0, now}",
+	floorSet:  "redis.call('SET', key, '0', 'PX', '60000')\nreturn {1, 0, now}",
+}
+
+// floorAlg is the token bucket with the replay script of a floor row.
+type floorAlg struct {
+	driver.Replayer
+	name   string
+	script *driver.Script
+}
+
+func (a floorAlg) Name() string                 { return a.name }
+func (a floorAlg) ReplayScript() *driver.Script { return a.script }
+
+// floorPolicy is tb's policy on the floor row named row.
+func floorPolicy(tb core.Policy, row string) (core.Policy, error) {
+	rp, ok := tb.Algorithm().(driver.Replayer)
+	if !ok {
+		return core.Policy{}, fmt.Errorf("floor row %q: %s has no replay", row, tb.Algorithm().Name())
+	}
+	alg := floorAlg{Replayer: rp, name: row, script: driver.NewReplayScript("reconcile_floor", floorBodies[row])}
+	return driver.NewPolicy("rfl", alg, tb.Limit(), tb.Interval())
 }
 
 // grantsPerKey is how many grants each key's batch carries.
@@ -44,7 +84,7 @@ func (h *harness) reconcile(ctx context.Context) error {
 	res := &reconcileResult{
 		Backends: []string{"rueidis", "go-redis"}, Algs: []string{tokenbucket.Name, slidingwindow.Name, slidingcounter.Name},
 		Sizes: h.cfg.ReconcileSizes, Grants: grantsPerKey, Runs: map[reconcileCell][]time.Duration{}, Failed: map[reconcileCell]int{},
-		RedisUsPerKey: map[reconcileCell][]float64{},
+		RedisUsPerKey: map[reconcileCell][]float64{}, Floors: []string{floorNoop, floorSet},
 	}
 	h.report.Reconcile = res
 	stores := map[string]driver.Store{}
@@ -73,17 +113,26 @@ func (h *harness) reconcile(ctx context.Context) error {
 		return err
 	}
 	pols := map[string]core.Policy{tokenbucket.Name: tb, slidingwindow.Name: sw, slidingcounter.Name: sc}
+	for _, row := range res.Floors {
+		if pols[row], err = floorPolicy(tb, row); err != nil {
+			return err
+		}
+	}
+	algs := append(slices.Clone(res.Algs), res.Floors...)
 	r := reconcile.New(reconcile.Options{})
 	// One warm-up replay per backend loads the scripts and opens connections.
 	for _, b := range res.Backends {
-		for _, alg := range res.Algs {
+		for _, alg := range algs {
 			if err := replay(ctx, r, stores[b], pols[alg], "warm-"+b, 100); err != nil {
 				return err
 			}
 		}
 	}
-	for _, alg := range res.Algs {
+	for _, alg := range algs {
 		for _, n := range res.Sizes {
+			if slices.Contains(res.Floors, alg) && n > 100_000 {
+				continue
+			}
 			reps := h.cfg.Reps
 			if n > 100_000 {
 				reps = h.cfg.ReconcileBigReps

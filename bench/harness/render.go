@@ -402,15 +402,21 @@ func (r *Report) reconcileMD(b *md) {
 	b.line("counts first-attempt failures over all runs; \"Redis CPU/key\" is Redis's user+sys CPU time (INFO cpu) during the")
 	b.line("replay per key: the floor on replay time on one core; \"Redis busy\" is that CPU time over the replay's wall time (near")
 	b.line("100%%: Redis, not the client, is the limit). `go test -run x -bench BenchmarkReconcile ./reconcile` runs")
-	b.line("the same workload (its redis-µs/key is this Redis CPU/key).")
+	b.line("the same workload (its redis-µs/key is this Redis CPU/key). The floor rows replay the token bucket's batches, with")
+	b.line("its arguments, markers and calls, through a body that only replies (what a key costs before any algorithm's work:")
+	b.line("parsing, the Lua loop, its markers and reply) or only SETs its key (adding the one write a token bucket replay")
+	b.line("makes of a fresh key); the token bucket row less the SET row is its own arithmetic and merge-log value.")
 	b.line("")
 	header := []string{"algorithm", "keys"}
 	for _, bk := range rc.Backends {
 		header = append(header, bk, bk+" keys/s", bk+" Redis CPU/key", bk+" Redis busy", bk+" failed")
 	}
 	var rows [][]string
-	for _, alg := range rc.Algs {
+	for _, alg := range append(slices.Clone(rc.Algs), rc.Floors...) {
 		for _, n := range rc.Sizes {
+			if len(rc.Runs[reconcileCell{Backend: rc.Backends[0], Alg: alg, Keys: n}]) == 0 {
+				continue // a floor row above 100k keys
+			}
 			row := []string{alg, fmt.Sprint(n)}
 			for _, bk := range rc.Backends {
 				runs := rc.Runs[reconcileCell{Backend: bk, Alg: alg, Keys: n}]

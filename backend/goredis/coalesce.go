@@ -26,7 +26,8 @@ const (
 // DirectCalls are in flight on the Store (itself included) is sent at once,
 // on its own: a lone caller, and the few calls in flight on a hot key whose
 // decisions share calls, wait for nothing but their round trip. A call that
-// arrives while more are in flight is queued, and a few flusher goroutines send what is queued in pipelines:
+// arrives while more are in flight is queued, and a few flusher goroutines
+// send what is queued in pipelines:
 // many calls share one round trip and one write and read on one connection,
 // where each would otherwise pay its own, so concurrent callers make more
 // decisions per second. Flushers start when calls are queued and exit when

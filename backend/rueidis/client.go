@@ -97,8 +97,9 @@ type ClientOptions struct {
 // new connection instead of failing on the dead one. Each new connection must
 // answer a PING before rueidis gets it (see probing). Beside it, the client
 // holds an unpipelined one for the Run calls a Store makes while at most
-// LoneCalls are in flight, and a pipelined one without MaxFlushDelay for those made while
-// fewer than CrowdCalls are (see Store); Close closes them all.
+// LoneCalls are in flight, and a pipelined one without MaxFlushDelay for
+// those made while fewer than CrowdCalls are (see Store); Close closes them
+// all.
 //
 // A single-node client does not need Redis up to be created: rueidis dials at
 // once, but NewClient ignores that first failure (bounded by DialTimeout)

@@ -33,7 +33,7 @@ type reconcileResult struct {
 	// RedisUsPerKey is Redis's CPU time (INFO cpu) per key replayed, one
 	// figure per run.
 	RedisUsPerKey map[reconcileCell][]float64
-	// Floors are the floor rows (floorAlgs), run at sizes up to 100k
+	// Floors are the floor rows (floorBodies), run at sizes up to 100k
 	// keys: the token bucket's replay calls with another body.
 	Floors []string
 }

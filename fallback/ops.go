@@ -512,13 +512,7 @@ func (l *Limiter) refund(ctx context.Context, reqs []core.Request, ch []charge) 
 		res := pl.RunMany(cctx, calls)
 		took := c.o.Clock().Sub(start)
 		cancel()
-		var failed error
-		for _, r := range res {
-			if r.Err != nil && core.ClassOf(r.Err) != core.ClassRequest {
-				c.refunds.lost.Add(1)
-				failed = cmp.Or(failed, r.Err)
-			}
-		}
+		failed := c.refunds.failed(res)
 		switch {
 		case failed == nil:
 			c.breaker.Done(gen, nil, took)
@@ -576,6 +570,21 @@ func (r *pendingRefunds) take() []driver.Call {
 	return calls
 }
 
+// failed counts the refunds of res whose call failed with a store error
+// lost (they may have been applied, so they are never sent again) and
+// returns the first such error. A refund Redis refused as a request error
+// was not applied and is not lost.
+func (r *pendingRefunds) failed(res []driver.CallResult) error {
+	var first error
+	for _, c := range res {
+		if c.Err != nil && core.ClassOf(c.Err) != core.ClassRequest {
+			r.lost.Add(1)
+			first = cmp.Or(first, c.Err)
+		}
+	}
+	return first
+}
+
 // refundChunk is how many pending refunds applyRefunds sends in one
 // pipeline, each pipeline within the call deadline.
 const refundChunk = 256
@@ -604,14 +613,7 @@ func (l *cell) applyRefunds(ctx context.Context) error {
 		}
 		cancel()
 		calls = calls[n:]
-		var failed error
-		for _, r := range res {
-			if r.Err != nil && core.ClassOf(r.Err) != core.ClassRequest {
-				l.refunds.lost.Add(1)
-				failed = cmp.Or(failed, r.Err)
-			}
-		}
-		if failed != nil {
+		if failed := l.refunds.failed(res); failed != nil {
 			l.refunds.add(calls...)
 			return failed
 		}

@@ -97,13 +97,9 @@ var pendingPool = sync.Pool{New: func() any {
 
 // DirectCalls is how many Run calls in flight on a Store are sent on
 // their own, each on a pooled connection, before calls are queued for
-// pipelines (see StoreOptions). Chosen with the harness's hot-key rows
-// (bench/, make bench): a hot key's decisions share calls, at most two in
-// flight on the key (pipeline.Decisions), and sent directly rather than
-// through a flusher goroutine they made more decisions a second at G=16
-// and G=64 than with one direct call (BENCHMARKS.md); 2 to 8 measured
-// alike. As rueidis.LoneCalls.
-const DirectCalls = 4
+// pipelines (see StoreOptions): pipeline.DirectCalls, chosen with the
+// benchmark harness, as rueidis.LoneCalls.
+const DirectCalls = pipeline.DirectCalls
 
 // runCoalesced is Run on a Store that coalesces: on its own when at most
 // DirectCalls are in flight, else queued for a pipeline.

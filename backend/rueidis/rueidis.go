@@ -137,14 +137,9 @@ func (s *Store) run(ctx context.Context, sc *driver.Script, keys, args []string)
 
 // LoneCalls is how many Run calls in flight on a Store go on pooled
 // connections of their own, each written and read on its caller's
-// goroutine (see Store). Chosen with the harness's hot-key rows (bench/,
-// make bench): a hot key's decisions share calls, at most two in flight on
-// the key (pipeline.Decisions), and sent this way rather than through the
-// pipeline's writer and reader goroutines they made more decisions a
-// second at G=16 and G=64 than with one lone call (BENCHMARKS.md); 2 to 8
-// measured alike, while 16 sent the 100k-key rows' calls at G=16
-// unpipelined, which cost them.
-const LoneCalls = 4
+// goroutine (see Store): pipeline.DirectCalls, chosen with the benchmark
+// harness.
+const LoneCalls = pipeline.DirectCalls
 
 // staleRetries bounds how many stale pooled connections a lone call
 // passes over.

@@ -171,6 +171,16 @@ func (d *Decisions) Run(ctx context.Context, sc *driver.Script, keys, args []str
 // G=64, where the calls carry fewer decisions each.
 const laneDepth = 2
 
+// DirectCalls is how many calls in flight on a store it sends on their
+// own, each on a pooled connection and its caller's goroutine, before it
+// pipelines them (rueidis.LoneCalls, goredis.DirectCalls). A hot key has
+// at most laneDepth calls in flight here, and sent directly rather than
+// through a pipeline's writer and reader or a flusher goroutine they made
+// more decisions a second at G=16 and G=64 than with one direct call
+// (bench/, make bench: BENCHMARKS.md); 2 to 8 measured alike, while 16
+// sent the 100k-key rows' calls at G=16 unpipelined, which cost them.
+const DirectCalls = 4
+
 // DefaultStallAfter bounds head-of-line waiting (see Decisions), as the
 // go-redis coalescer bounds it; maxStallCalls bounds the calls in flight
 // on one key.

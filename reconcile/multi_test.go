@@ -20,15 +20,29 @@ import (
 	"github.com/holdfast/holdfast/reconcile"
 )
 
-// modes are the two ways the replay tests send their batches: each in a
-// call of its own, and batched, each with a companion batch of the same
-// instance (a batch id of the same run of sequence numbers) and hash slot,
-// so that the two go in one call.
-var modes = []string{"alone", "batched"}
+// modes are the ways the replay tests send their batches: each in a call
+// of its own; batched, each with a companion batch of the same instance (a
+// batch id of the same run of sequence numbers) and hash slot, so that the
+// two go in one call; and fresh, batched as well, each call first through
+// driver.FreshScript, which writes missing keys and leaves the others to
+// the replay script. The alone and batched modes use the replay scripts
+// alone (newFor).
+var modes = []string{"alone", "batched", "fresh"}
+
+// newFor returns the Reconciler of o for mode.
+func newFor(mode string, o reconcile.Options) *reconcile.Reconciler {
+	o.FreshMin = -1
+	if mode == "fresh" {
+		o.FreshMin = 1
+	}
+	return reconcile.New(o)
+}
 
 // reconcileIn reconciles batches as mode says and returns each batch's
 // outcome (a batch whose companion failed reports that failure too). In
-// the batched mode it checks that a call applied several batches.
+// the batched modes it checks that a call applied several batches, and in
+// the others that none did (TestBatchedPipelines checks that the fresh
+// mode sends fresh calls).
 func reconcileIn(t *testing.T, mode string, r *reconcile.Reconciler, store driver.Store, batches []driver.Batch) []error {
 	t.Helper()
 	if mode == "alone" {
@@ -49,7 +63,10 @@ func reconcileIn(t *testing.T, mode string, r *reconcile.Reconciler, store drive
 	rec := &recording{Store: store}
 	errs := r.Reconcile(context.Background(), rec, all)
 	if !rec.multi() {
-		t.Fatalf("batched: calls of %v batches, none of several", rec.sizes)
+		t.Fatalf("%s: calls of %v batches, none of several", mode, rec.sizes)
+	}
+	if mode != "fresh" && rec.count(driver.FreshScript.Name()) > 0 {
+		t.Fatalf("%s: fresh calls (calls %v)", mode, rec.names)
 	}
 	n := len(batches)
 	for i := range n {
@@ -84,7 +101,7 @@ func (r *recording) note(s *driver.Script, args []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.names = append(r.names, s.Name())
-	if strings.HasPrefix(s.Name(), "reconcile_") && len(args) > 0 {
+	if (strings.HasPrefix(s.Name(), "reconcile_") || s == driver.FreshScript) && len(args) > 0 {
 		n, _ := strconv.Atoi(args[0])
 		r.sizes = append(r.sizes, n)
 	}
@@ -93,6 +110,19 @@ func (r *recording) note(s *driver.Script, args []string) {
 func (r *recording) Run(ctx context.Context, s *driver.Script, keys, args []string) ([]int64, error) {
 	r.note(s, args)
 	return r.Store.Run(ctx, s, keys, args)
+}
+
+// count is how many calls ran the script named name.
+func (r *recording) count(name string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, s := range r.names {
+		if s == name {
+			n++
+		}
+	}
+	return n
 }
 
 // multi reports whether a replay call applied several batches.
@@ -265,39 +295,53 @@ func TestBatchedPipelines(t *testing.T) {
 			const n = 3000
 			for _, p := range []core.Policy{tb, sw, sc} {
 				now := redisNow(t, srv)
-				// Batch ids are unique: one instance per policy.
-				batches := reconcileBatches(p, "b-"+p.Name()+"-", n, now)
+				// Batch ids are unique: one instance per policy and way.
 				alone := reconcileBatches(p, "a-"+p.Name()+"-", n, now)
 				for i := range alone {
 					alone[i].Key = "alone:" + alone[i].Key
 				}
-				rec := &recording{Store: store}
-				multi := pipelining{recording: rec, pl: store.(driver.Pipeliner)}
-				for attempt := range 2 {
-					for i, err := range reconcile.New(reconcile.Options{CallTimeout: 10 * time.Second}).Reconcile(context.Background(), multi, batches) {
-						if err != nil {
-							t.Fatalf("%s attempt %d batch %d: %v", p.Name(), attempt, i, err)
-						}
-					}
-				}
-				if !rec.multi() {
-					t.Fatalf("%s: calls of %v batches, none of several", p.Name(), rec.sizes)
-				}
-				for i, err := range reconcile.New(reconcile.Options{MultiBatches: 1, CallTimeout: 10 * time.Second}).Reconcile(context.Background(), store, alone) {
+				for i, err := range reconcile.New(reconcile.Options{MultiBatches: 1, FreshMin: -1, CallTimeout: 10 * time.Second}).Reconcile(context.Background(), store, alone) {
 					if err != nil {
 						t.Fatalf("%s alone batch %d: %v", p.Name(), i, err)
 					}
 				}
-				// Keys on both sides of Reconcile's slices (1024
-				// batches) and spread over the set.
-				check := []int{0, 1, 1023, 1024, 2047, 2048, n - 1}
-				for k := 5; k < n; k += 97 {
-					check = append(check, k)
-				}
-				for _, k := range check {
-					got, want := state(t, srv, p, batches[k].Key), state(t, srv, p, alone[k].Key)
-					if got != want {
-						t.Errorf("%s key %d: batched %q, alone %q", p.Name(), k, got, want)
+				// Batched through the replay scripts, and batched through
+				// fresh calls first (the replay scripts for sc).
+				for _, way := range []struct {
+					name     string
+					freshMin int
+				}{{"scripts", -1}, {"fresh", 0}} {
+					batches := reconcileBatches(p, way.name[:1]+"-"+p.Name()+"-", n, now)
+					for i := range batches {
+						batches[i].Key = way.name + ":" + batches[i].Key
+					}
+					rec := &recording{Store: store}
+					multi := pipelining{recording: rec, pl: store.(driver.Pipeliner)}
+					for attempt := range 2 {
+						for i, err := range reconcile.New(reconcile.Options{FreshMin: way.freshMin, CallTimeout: 10 * time.Second}).Reconcile(context.Background(), multi, batches) {
+							if err != nil {
+								t.Fatalf("%s %s attempt %d batch %d: %v", p.Name(), way.name, attempt, i, err)
+							}
+						}
+					}
+					if !rec.multi() {
+						t.Fatalf("%s %s: calls of %v batches, none of several", p.Name(), way.name, rec.sizes)
+					}
+					_, fresh := p.Algorithm().(driver.FreshReplayer)
+					if got, want := rec.count(driver.FreshScript.Name()) > 0, way.name == "fresh" && fresh; got != want {
+						t.Errorf("%s %s: fresh calls %v, want %v", p.Name(), way.name, got, want)
+					}
+					// Keys on both sides of Reconcile's slices (1024
+					// batches) and spread over the set.
+					check := []int{0, 1, 1023, 1024, 2047, 2048, n - 1}
+					for k := 5; k < n; k += 97 {
+						check = append(check, k)
+					}
+					for _, k := range check {
+						got, want := state(t, srv, p, batches[k].Key), state(t, srv, p, alone[k].Key)
+						if got != want {
+							t.Errorf("%s %s key %d: batched %q, alone %q", p.Name(), way.name, k, got, want)
+						}
 					}
 				}
 			}
@@ -310,10 +354,10 @@ func TestBatchedPipelines(t *testing.T) {
 // merge log, which holds the time of its replay), the window's size, the
 // counter's units.
 func state(t *testing.T, srv *redistest.Server, p core.Policy, key string) string {
-	switch p.Name() {
-	case "bsw":
+	switch p.Algorithm().Name() {
+	case slidingwindow.Algorithm.Name():
 		return srv.Do(t, "ZCARD", key)
-	case "bsc":
+	case slidingcounter.Algorithm.Name():
 		// "window:current:previous": the window is Redis's at the replay,
 		// which may have turned between the two.
 		v := srv.Do(t, "GET", key)

@@ -40,7 +40,12 @@ func TestPlanBounds(t *testing.T) {
 	// the groups first appeared.
 	r := New(Options{MultiBatches: 16})
 	errs := make([]error, len(batches))
-	units := r.plan(r.prepare(batches, false, errs))
+	prep, idx := make([]prepared, len(batches)), make([]int, len(batches))
+	for i := range idx {
+		idx[i] = i
+	}
+	r.prepare(batches, idx, false, errs, prep)
+	units := r.plan(prep, idx)
 	var got []int
 	seen := map[int]int{}
 	for _, u := range units {

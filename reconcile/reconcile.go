@@ -43,6 +43,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/holdfast/holdfast/core"
@@ -75,6 +76,10 @@ type Options struct {
 	// batches: a batch that would take a call past it starts the next
 	// call, and a batch of more goes alone. 0 means DefaultMultiArgs.
 	MultiArgs int
+	// FreshMin is the fewest batches a Reconcile sends to
+	// driver.FreshScript first (see Reconcile); a negative FreshMin sends
+	// every batch to its replay script. 0 means DefaultFreshMin.
+	FreshMin int
 }
 
 // Defaults of Options: see the package comment.
@@ -111,6 +116,9 @@ func New(o Options) *Reconciler {
 	if o.MultiArgs <= 0 {
 		o.MultiArgs = DefaultMultiArgs
 	}
+	if o.FreshMin == 0 {
+		o.FreshMin = DefaultFreshMin
+	}
 	return &Reconciler{o: o}
 }
 
@@ -124,26 +132,51 @@ func New(o Options) *Reconciler {
 // (driver.Pipeliner) gets each slice's calls in one RunMany, which it
 // sends in pipelines of its own size; others get at most Concurrency
 // calls in flight.
+//
+// A Reconcile of FreshMin batches or more first sends the batches of a
+// driver.FreshReplayer in driver.FreshScript calls, which write the keys
+// that are missing with plain commands and leave the others to the replay
+// script: after Redis restarted empty that is every key, at about half the
+// Redis time a key. Both calls keep the same markers, so a batch counts
+// once whichever applied it. While most keys of a slice exist (a replay
+// after a partition, into a Redis that kept its keys), the slices after it
+// go to the replay script at once.
 func (r *Reconciler) Reconcile(ctx context.Context, store driver.Store, batches []driver.Batch) []error {
 	errs := make([]error, len(batches))
 	cluster := driver.OnCluster(store)
 	var (
-		prep     = make([]prepared, 0, len(batches))
+		prep     = make([]prepared, len(batches))
 		sem      = make(chan struct{}, r.o.Concurrency)
 		inflight = make(chan struct{}, streamDepth)
 		wg       sync.WaitGroup
 		mu       sync.Mutex
 		alone    []int
 	)
+	clock := r.freshClock(ctx, store, len(batches), cluster)
+	var existing atomic.Bool // most keys of a fresh slice existed
 	for lo := 0; lo < len(batches); lo += streamSlice {
 		hi := min(lo+streamSlice, len(batches))
-		p := r.prepare(batches[lo:hi], cluster, errs[lo:hi])
-		prep = append(prep, p...)
-		units := r.plan(p)
+		sub, subErrs, subPrep := batches[lo:hi], errs[lo:hi], prep[lo:hi]
+		var fresh []unit
+		rest := make([]int, 0, hi-lo)
+		if clock != nil && !existing.Load() {
+			fresh, rest = r.prepareFresh(sub, cluster, clock(), rest)
+		} else {
+			for i := range sub {
+				rest = append(rest, i)
+			}
+		}
+		r.prepare(sub, rest, cluster, subErrs, subPrep)
+		units := r.plan(subPrep, rest)
 		inflight <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-inflight }()
-			a := r.send(ctx, store, batches[lo:hi], units, errs[lo:hi], sem)
+			if len(fresh) > 0 {
+				again := r.sendFresh(ctx, store, sub, fresh, subErrs, sem, &existing)
+				r.prepare(sub, again, cluster, subErrs, subPrep)
+				units = append(units, r.plan(subPrep, again)...)
+			}
+			a := r.send(ctx, store, sub, units, subErrs, sem)
 			mu.Lock()
 			for _, i := range a {
 				alone = append(alone, lo+i)
@@ -200,10 +233,9 @@ type prepared struct {
 	ok     bool
 }
 
-// prepare builds each batch's part of a call; on Cluster (cluster) its
-// marker hash is in the batch key's slot.
-func (r *Reconciler) prepare(batches []driver.Batch, cluster bool, errs []error) []prepared {
-	prep := make([]prepared, len(batches))
+// prepare builds the part of a call of each batch idx of batches, in
+// prep; on Cluster (cluster) its marker hash is in the batch key's slot.
+func (r *Reconciler) prepare(batches []driver.Batch, idx []int, cluster bool, errs []error, prep []prepared) {
 	o := driver.ReplayOptions{MergeWindow: r.o.MergeWindow}
 	var (
 		last   driver.Policy // valid when have
@@ -211,7 +243,7 @@ func (r *Reconciler) prepare(batches []driver.Batch, cluster bool, errs []error)
 		shared []string
 		joined string
 	)
-	for i := range batches {
+	for _, i := range idx {
 		b := &batches[i]
 		rp, err := replayer(b)
 		if err != nil {
@@ -227,7 +259,6 @@ func (r *Reconciler) prepare(batches []driver.Batch, cluster bool, errs []error)
 		prep[i] = prepared{group: group{script: rp.ReplayScript(), marker: marker, shared: joined}, shared: shared,
 			batch: driver.ReplayBatch{Key: b.Key, Field: field, Args: args}, weight: 3 + len(args), ok: true}
 	}
-	return prep
 }
 
 // unit returns the call that applies the prepared batches idx, of p's
@@ -236,6 +267,9 @@ func (p *prepared) unit(ttl time.Duration, idx []int, prep []prepared) unit {
 	rbs := make([]driver.ReplayBatch, len(idx))
 	for j, i := range idx {
 		rbs[j] = prep[i].batch
+	}
+	if p.group.script == driver.FreshScript {
+		return unit{call: driver.FreshCall(p.group.marker, ttl, rbs), batches: idx}
 	}
 	return unit{call: driver.ReplayCall(p.group.script, p.group.marker, ttl, p.shared, rbs), batches: idx}
 }
@@ -247,9 +281,10 @@ func samePolicy(a, b driver.Policy) bool {
 		a.Algorithm().Name() == b.Algorithm().Name()
 }
 
-// plan returns the calls that replay the prepared batches: the batches of
-// one group go together, up to MultiBatches and MultiArgs a call.
-func (r *Reconciler) plan(prep []prepared) []unit {
+// plan returns the calls that replay the prepared batches idx: the
+// batches of one group go together, up to MultiBatches and MultiArgs a
+// call.
+func (r *Reconciler) plan(prep []prepared, idx []int) []unit {
 	var (
 		units []unit
 		first []int   // each group's first batch, by group
@@ -263,7 +298,7 @@ func (r *Reconciler) plan(prep []prepared) []unit {
 			parts[g], load[g] = nil, 0
 		}
 	}
-	for i := range prep {
+	for _, i := range idx {
 		if !prep[i].ok {
 			continue
 		}
@@ -289,6 +324,16 @@ func (r *Reconciler) plan(prep []prepared) []unit {
 // at most cap(sem) calls at once when the store does not pipeline. It
 // returns the batches to send again on their own.
 func (r *Reconciler) send(ctx context.Context, store driver.Store, batches []driver.Batch, units []unit, errs []error, sem chan struct{}) (alone []int) {
+	results := r.run(ctx, store, units, sem)
+	for u := range units {
+		alone = append(alone, r.outcome(batches, &units[u], results[u], errs)...)
+	}
+	return alone
+}
+
+// run runs the units' calls, at most cap(sem) at once when the store does
+// not pipeline.
+func (r *Reconciler) run(ctx context.Context, store driver.Store, units []unit, sem chan struct{}) []driver.CallResult {
 	results := make([]driver.CallResult, len(units))
 	if pl, ok := store.(driver.Pipeliner); ok && len(units) > 1 {
 		calls := make([]driver.Call, len(units))
@@ -301,25 +346,21 @@ func (r *Reconciler) send(ctx context.Context, store driver.Store, batches []dri
 		// CallTimeout.
 		ctx, cancel := context.WithTimeout(ctx, r.o.CallTimeout*time.Duration(1+n/10_000))
 		defer cancel()
-		results = pl.RunMany(ctx, calls)
-	} else {
-		var wg sync.WaitGroup
-		for u := range units {
-			sem <- struct{}{}
-			wg.Go(func() {
-				defer func() { <-sem }()
-				ctx, cancel := context.WithTimeout(ctx, r.o.CallTimeout)
-				defer cancel()
-				c := units[u].call
-				results[u].Reply, results[u].Err = store.Run(ctx, c.Script, c.Keys, c.Args)
-			})
-		}
-		wg.Wait()
+		return pl.RunMany(ctx, calls)
 	}
+	var wg sync.WaitGroup
 	for u := range units {
-		alone = append(alone, r.outcome(batches, &units[u], results[u], errs)...)
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			ctx, cancel := context.WithTimeout(ctx, r.o.CallTimeout)
+			defer cancel()
+			c := units[u].call
+			results[u].Reply, results[u].Err = store.Run(ctx, c.Script, c.Keys, c.Args)
+		})
 	}
-	return alone
+	wg.Wait()
+	return results
 }
 
 // outcome records the outcome res of unit u's call in errs, and returns the
@@ -414,7 +455,8 @@ func MarkerOf(key, id string, cluster bool) (hash, field string) { return marker
 // to a store on Redis Cluster (cluster) or not.
 func (r *Reconciler) Call(b *driver.Batch, cluster bool) (driver.Call, error) {
 	var errs [1]error
-	prep := r.prepare([]driver.Batch{*b}, cluster, errs[:])
+	prep := make([]prepared, 1)
+	r.prepare([]driver.Batch{*b}, []int{0}, cluster, errs[:], prep)
 	if errs[0] != nil {
 		return driver.Call{}, errs[0]
 	}

@@ -27,7 +27,7 @@ func TestSlidingWindowReplayTTL(t *testing.T) {
 			store := newStore(t, srv)
 			const window = 10 * time.Second
 			p, _ := slidingwindow.Policy("sw", 10_000, window)
-			r := reconcile.New(reconcile.Options{})
+			r := newFor(mode, reconcile.Options{})
 			replay := func(key, id string, grants ...driver.Grant) {
 				t.Helper()
 				b := driver.Batch{ID: id, Key: key, Policy: p, Grants: grants}

@@ -80,3 +80,58 @@ var _ driver.WindowAlgorithm = algorithm{}
 func (algorithm) WindowPolicy(name string, limit int64, window time.Duration) (core.Policy, error) {
 	return Policy(name, limit, window)
 }
+
+var _ driver.FreshReplayer = algorithm{}
+
+// freshUnits is the most units FreshWrites writes in one ZADD: a batch of
+// more goes to replay.lua, which adds them 500 at a time.
+const freshUnits = 500
+
+// FreshWrites is what replay.lua writes into a missing key: a ZADD of the
+// seed's units and the grants' units still in the window at now, and a
+// PEXPIRE for the key to live until the newest leaves it. An earlier now
+// than the script's keeps a unit that has just left the window (the next
+// decision trims it, uncounted) and gives the key a longer TTL.
+func (algorithm) FreshWrites(w []string, b *driver.Batch, _ driver.ReplayOptions, now int64) ([]string, bool) {
+	width := b.Policy.Interval().Microseconds()
+	oldest := now - width
+	units := int64(0)
+	if b.Seed.Value > 0 && b.Seed.At > oldest {
+		units += b.Seed.Value
+	}
+	for _, g := range b.Grants {
+		if g.At > oldest && g.Cost > 0 {
+			units += g.Cost
+		}
+	}
+	if units == 0 {
+		return w, true
+	}
+	if units > freshUnits {
+		return w, false
+	}
+	w = append(w, strconv.FormatInt(1+2*units, 10), "ZADD")
+	var newest int64
+	if b.Seed.Value > 0 && b.Seed.At > oldest {
+		score := strconv.FormatInt(b.Seed.At, 10)
+		prefix := "seed:" + b.ID + ":"
+		for u := int64(1); u <= b.Seed.Value; u++ {
+			w = append(w, score, prefix+strconv.FormatInt(u, 10))
+		}
+		newest = b.Seed.At
+	}
+	for _, g := range b.Grants {
+		if g.At <= oldest || g.Cost <= 0 {
+			continue
+		}
+		score := strconv.FormatInt(g.At, 10)
+		w = append(w, score, g.ID)
+		for u := int64(1); u < g.Cost; u++ {
+			w = append(w, score, g.ID+"#"+strconv.FormatInt(u, 10))
+		}
+		newest = max(newest, g.At)
+	}
+	// newest is inside the window: the TTL is positive.
+	ttl := (newest+width-now)/1000 + 1
+	return driver.AppendFresh(w, "PEXPIRE", strconv.FormatInt(ttl, 10)), true
+}

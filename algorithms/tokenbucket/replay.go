@@ -34,23 +34,36 @@ var (
 // the grants both as what they make of a bucket fed them alone (see
 // replay.lua) and as text for the merge log.
 func (algorithm) ReplayArgs(args []string, b *driver.Batch, _ driver.ReplayOptions) []string {
+	i64 := func(v int64) string { return strconv.FormatInt(v, 10) }
+	f := feed(b)
+	return append(args, i64(b.Seed.Value), i64(b.Seed.At), strconv.Itoa(f.m), i64(f.x), i64(f.s), i64(f.a), f.text)
+}
+
+// fed is what batch b's grants make of a bucket fed them alone, in time
+// order, and their merge log text (replay.lua's ARGV[i+2] to ARGV[i+6]).
+type fed struct {
+	m       int   // grants
+	x, s, a int64 // latest grant time, their credit, the least E they leave
+	text    string
+}
+
+func feed(b *driver.Batch) fed {
 	p := b.Policy
 	t := p.Interval().Microseconds()
 	full := p.Limit() * t
-	i64 := func(v int64) string { return strconv.FormatInt(v, 10) }
 	grants := b.Grants
 	if !slices.IsSortedFunc(grants, byTime) {
 		grants = slices.SortedStableFunc(slices.Values(grants), byTime)
 	}
 	// Fed grants in time order, a bucket whose E is e ends at max(e + S,
 	// A): E_k = max(E_k-1, at_k - full) + cost_k × t, unrolled.
-	var s, a, x int64
+	f := fed{m: len(grants)}
 	text := make([]byte, 0, 24*len(grants))
 	for k := len(grants) - 1; k >= 0; k-- {
 		g := grants[k]
-		s += g.Cost * t
-		if v := g.At - full + s; k == len(grants)-1 || v > a {
-			a = v
+		f.s += g.Cost * t
+		if v := g.At - full + f.s; k == len(grants)-1 || v > f.a {
+			f.a = v
 		}
 	}
 	for k, g := range grants {
@@ -60,9 +73,58 @@ func (algorithm) ReplayArgs(args []string, b *driver.Batch, _ driver.ReplayOptio
 		text = strconv.AppendInt(text, g.At, 10)
 		text = append(text, '|')
 		text = strconv.AppendInt(text, g.Cost, 10)
-		x = g.At
+		f.x = g.At
 	}
-	return append(args, i64(b.Seed.Value), i64(b.Seed.At), strconv.Itoa(len(grants)), i64(x), i64(s), i64(a), string(text))
+	f.text = string(text)
+	return f
+}
+
+// maxLog is replay.lua's MAXLOG: a merge log of more grants is dropped.
+const maxLog = 2000
+
+var _ driver.FreshReplayer = algorithm{}
+
+// FreshWrites is what replay.lua writes into a missing key: one SET of
+// the bucket fed the batch from its seed (or full), with a merge log that
+// starts at now. An earlier now than the script's starts the merge and
+// ends it earlier (a later batch then starts a log of its own, charged
+// against the stored bucket: never less), gives the key a longer TTL,
+// and caps a debt at a full bucket a little sooner.
+func (algorithm) FreshWrites(w []string, b *driver.Batch, o driver.ReplayOptions, now int64) ([]string, bool) {
+	f := feed(b)
+	if f.m == 0 {
+		return w, true
+	}
+	p := b.Policy
+	full := p.Limit() * p.Interval().Microseconds()
+	cur := -full
+	if b.Seed.At > 0 {
+		cur = b.Seed.At - b.Seed.Value
+	}
+	e := max(cur+f.s, f.a)
+	e = min(e, max(now, f.x)+full)
+	ttl := floorDiv(e+full-now, 1000) + 1
+	var value []byte
+	value = strconv.AppendInt(value, e, 10)
+	if f.m <= maxLog {
+		value = append(value, '|')
+		value = strconv.AppendInt(value, now, 10)
+		value = append(value, '|')
+		value = strconv.AppendInt(value, cur, 10)
+		value = append(value, '|')
+		value = append(value, f.text...)
+		ttl = max(ttl, floorDiv(o.MergeWindow.Microseconds(), 1000)+1)
+	}
+	return driver.AppendFresh(w, "SET", string(value), "PX", strconv.FormatInt(max(ttl, 1), 10)), true
+}
+
+// floorDiv is ⌊a ÷ b⌋ for b > 0.
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
 }
 
 // ReplaySharedArgs appends replay.lua's shared arguments for policy p:

@@ -33,9 +33,10 @@ type reconcileResult struct {
 	// RedisUsPerKey is Redis's CPU time (INFO cpu) per key replayed, one
 	// figure per run.
 	RedisUsPerKey map[reconcileCell][]float64
-	// Floors are the floor rows (floorBodies), run at sizes up to 100k
-	// keys: the token bucket's replay calls with another body.
-	Floors []string
+	// Extra are the rows besides the algorithms', run at sizes up to 100k
+	// keys: the floor rows (floorBodies), the token bucket's replay calls
+	// with another body; and the rows of extraRows.
+	Extra []string
 }
 
 // The floor rows replay the token bucket's batches, with its arguments,
@@ -47,6 +48,27 @@ const (
 	floorNoop = "floor: body replies only"
 	floorSet  = "floor: body SETs its key only"
 )
+
+// The rows of a replay another way (extraRows).
+const (
+	scriptsTB = "token_bucket: replay scripts only"
+	scriptsSW = "sliding_window: replay scripts only"
+	presentTB = "token_bucket: its keys in Redis"
+)
+
+// extraRows are the rows of a replay another way: of the algorithm's
+// batches, by a Reconciler of the options, into a Redis holding every
+// key first when present (a bucket as a decision leaves it, as after a
+// partition: Redis kept its keys).
+var extraRows = map[string]struct {
+	alg     string
+	o       reconcile.Options
+	present bool
+}{
+	scriptsTB: {alg: tokenbucket.Name, o: reconcile.Options{FreshMin: -1}},
+	scriptsSW: {alg: slidingwindow.Name, o: reconcile.Options{FreshMin: -1}},
+	presentTB: {alg: tokenbucket.Name, present: true},
+}
 
 // floorBodies are the floor rows' replay bodies (driver.NewReplayScript).
 var floorBodies = map[string]string{
@@ -84,7 +106,7 @@ func (h *harness) reconcile(ctx context.Context) error {
 	res := &reconcileResult{
 		Backends: []string{"rueidis", "go-redis"}, Algs: []string{tokenbucket.Name, slidingwindow.Name, slidingcounter.Name},
 		Sizes: h.cfg.ReconcileSizes, Grants: grantsPerKey, Runs: map[reconcileCell][]time.Duration{}, Failed: map[reconcileCell]int{},
-		RedisUsPerKey: map[reconcileCell][]float64{}, Floors: []string{floorNoop, floorSet},
+		RedisUsPerKey: map[reconcileCell][]float64{}, Extra: []string{scriptsTB, scriptsSW, presentTB, floorNoop, floorSet},
 	}
 	h.report.Reconcile = res
 	stores := map[string]driver.Store{}
@@ -113,12 +135,15 @@ func (h *harness) reconcile(ctx context.Context) error {
 		return err
 	}
 	pols := map[string]core.Policy{tokenbucket.Name: tb, slidingwindow.Name: sw, slidingcounter.Name: sc}
-	for _, row := range res.Floors {
-		if pols[row], err = floorPolicy(tb, row); err != nil {
+	recs := map[string]*reconcile.Reconciler{}
+	for _, row := range res.Extra {
+		if x, ok := extraRows[row]; ok {
+			pols[row], recs[row] = pols[x.alg], reconcile.New(x.o)
+		} else if pols[row], err = floorPolicy(tb, row); err != nil {
 			return err
 		}
 	}
-	algs := append(slices.Clone(res.Algs), res.Floors...)
+	algs := append(slices.Clone(res.Algs), res.Extra...)
 	r := reconcile.New(reconcile.Options{})
 	// One warm-up replay per backend loads the scripts and opens connections.
 	for _, b := range res.Backends {
@@ -130,8 +155,12 @@ func (h *harness) reconcile(ctx context.Context) error {
 	}
 	for _, alg := range algs {
 		for _, n := range res.Sizes {
-			if slices.Contains(res.Floors, alg) && n > 100_000 {
+			if slices.Contains(res.Extra, alg) && n > 100_000 {
 				continue
+			}
+			rec := r
+			if recs[alg] != nil {
+				rec = recs[alg]
 			}
 			reps := h.cfg.Reps
 			if n > 100_000 {
@@ -146,6 +175,11 @@ func (h *harness) reconcile(ctx context.Context) error {
 					if err := h.admin.FlushAll(ctx).Err(); err != nil {
 						return err
 					}
+					if extraRows[alg].present {
+						if err := fillBuckets(ctx, h, pols[alg], n); err != nil {
+							return err
+						}
+					}
 					id := fmt.Sprintf("%s-%d-", b, rep)
 					cpu0, err := redisCPU(ctx, h.admin)
 					if err != nil {
@@ -153,7 +187,7 @@ func (h *harness) reconcile(ctx context.Context) error {
 					}
 					t0 := time.Now()
 					var failed int
-					err = replayTimed(ctx, r, stores[b], pols[alg], id, n, &t0, &failed)
+					err = replayTimed(ctx, rec, stores[b], pols[alg], id, n, &t0, &failed)
 					took := time.Since(t0)
 					if err != nil {
 						return fmt.Errorf("%s %s %d keys: %w", b, alg, n, err)
@@ -172,6 +206,22 @@ func (h *harness) reconcile(ctx context.Context) error {
 		}
 	}
 	return h.admin.FlushAll(ctx).Err()
+}
+
+// fillBuckets writes the n keys of replayTimed for token bucket p as
+// decisions leave them: a bucket with half its tokens, no merge log.
+func fillBuckets(ctx context.Context, h *harness, p core.Policy, n int) error {
+	e := strconv.FormatInt(time.Now().UnixMicro()-p.Limit()*p.Interval().Microseconds()/2, 10)
+	for lo := 0; lo < n; lo += 1000 {
+		pipe := h.admin.Pipeline()
+		for k := lo; k < min(lo+1000, n); k++ {
+			pipe.Set(ctx, driver.StorageKey("hf:", p.Name(), "k"+strconv.Itoa(k)), e, time.Minute)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func replay(ctx context.Context, r *reconcile.Reconciler, s driver.Store, p core.Policy, id string, n int) error {

@@ -405,17 +405,21 @@ func (r *Report) reconcileMD(b *md) {
 	b.line("the same workload (its redis-µs/key is this Redis CPU/key). The floor rows replay the token bucket's batches, with")
 	b.line("its arguments, markers and calls, through a body that only replies (what a key costs before any algorithm's work:")
 	b.line("parsing, the Lua loop, its markers and reply) or only SETs its key (adding the one write a token bucket replay")
-	b.line("makes of a fresh key); the token bucket row less the SET row is its own arithmetic and merge-log value.")
+	b.line("makes of a fresh key). The algorithm rows send each batch whose key is missing in a fresh call first")
+	b.line("(`driver.FreshScript`: the client computes the key's value, Redis only writes it); the \"replay scripts only\" rows")
+	b.line("replay the same batches through the replay scripts alone (`reconcile.Options{FreshMin: -1}`), as before fresh")
+	b.line("calls, and the \"its keys in Redis\" row replays into a Redis that holds every key (a bucket written by SET first,")
+	b.line("untimed, as after a partition): its first slice of fresh calls finds the keys there, and the rest go to the scripts.")
 	b.line("")
 	header := []string{"algorithm", "keys"}
 	for _, bk := range rc.Backends {
 		header = append(header, bk, bk+" keys/s", bk+" Redis CPU/key", bk+" Redis busy", bk+" failed")
 	}
 	var rows [][]string
-	for _, alg := range append(slices.Clone(rc.Algs), rc.Floors...) {
+	for _, alg := range append(slices.Clone(rc.Algs), rc.Extra...) {
 		for _, n := range rc.Sizes {
 			if len(rc.Runs[reconcileCell{Backend: rc.Backends[0], Alg: alg, Keys: n}]) == 0 {
-				continue // a floor row above 100k keys
+				continue // an extra row above 100k keys
 			}
 			row := []string{alg, fmt.Sprint(n)}
 			for _, bk := range rc.Backends {

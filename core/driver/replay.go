@@ -192,19 +192,8 @@ func ReplayCall(s *Script, marker string, ttl time.Duration, shared []string, ba
 	keys := make([]string, 0, 1+len(batches))
 	args := make([]string, 0, na)
 	keys = append(keys, marker)
-	distinct := "1"
-	if len(batches) > 1 {
-		seen := make(map[string]struct{}, len(batches))
-		for _, b := range batches {
-			if _, ok := seen[b.Key]; ok {
-				distinct = "0"
-				break
-			}
-			seen[b.Key] = struct{}{}
-		}
-	}
 	args = append(args, strconv.Itoa(len(batches)), strconv.FormatInt(max(ttl.Milliseconds(), 1), 10),
-		distinct, strconv.Itoa(len(shared)))
+		distinctKeys(batches), strconv.Itoa(len(shared)))
 	args = append(args, shared...)
 	for _, b := range batches {
 		keys = append(keys, b.Key)

@@ -1,0 +1,217 @@
+package reconcile_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/holdfast/holdfast/algorithms/slidingcounter"
+	"github.com/holdfast/holdfast/algorithms/slidingwindow"
+	"github.com/holdfast/holdfast/algorithms/tokenbucket"
+	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/core/driver"
+	"github.com/holdfast/holdfast/internal/redistest"
+	"github.com/holdfast/holdfast/reconcile"
+)
+
+// TestFreshMatchesScript: a batch written into a missing key by a fresh
+// call (FreshWrites, the client's arithmetic) leaves the key as the replay
+// script leaves it: the same bucket, base and merge-log grants, its log
+// started and its TTL within the replay's own time; the same window
+// members and scores, and a TTL no shorter. Random policies, seeds and
+// grants, debts past a full bucket included.
+func TestFreshMatchesScript(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	store := newStore(t, srv)
+	n := 0
+	rapid.Check(t, func(rt *rapid.T) {
+		n++
+		window := rapid.SampledFrom([]bool{false, true}).Draw(rt, "window")
+		capacity := rapid.Int64Range(1, 20).Draw(rt, "capacity")
+		var p core.Policy
+		var err error
+		if window {
+			p, err = slidingwindow.Policy("fsw", capacity, time.Duration(rapid.Int64Range(1, 20).Draw(rt, "seconds"))*time.Second)
+		} else {
+			p, err = tokenbucket.Policy("ftb", capacity, rapid.SampledFrom([]float64{0.5, 1, 4, 10}).Draw(rt, "perSecond"))
+		}
+		if err != nil {
+			rt.Fatal(err)
+		}
+		width := p.Interval().Microseconds()
+		now := redisNow(t, srv)
+		batch := func(way string) driver.Batch {
+			return driver.Batch{ID: fmt.Sprintf("%s%d:e:1", way, n), Key: driver.StorageKey("hf:", p.Name(), fmt.Sprint(way, n)), Policy: p}
+		}
+		b := batch("s")
+		if rapid.Bool().Draw(rt, "seeded") {
+			b.Seed = driver.Seed{Value: rapid.Int64Range(0, capacity*width).Draw(rt, "seedValue"), At: now - rapid.Int64Range(1, 3*width).Draw(rt, "seedAge")}
+			if window {
+				b.Seed.Value = rapid.Int64Range(0, capacity).Draw(rt, "seedUnits")
+			}
+		}
+		for g := range rapid.IntRange(1, 8).Draw(rt, "grants") {
+			b.Grants = append(b.Grants, driver.Grant{ID: fmt.Sprint("g", n, "-", g), Cost: rapid.Int64Range(1, 3*capacity).Draw(rt, "cost"),
+				At: now - rapid.Int64Range(0, 2*width).Draw(rt, "age")})
+		}
+		f := batch("f")
+		f.Seed, f.Grants = b.Seed, b.Grants
+		// The fresh call first: its now is then no later than the
+		// script's.
+		var before, after [2]int64 // fresh, script
+		for i, way := range []struct {
+			b        driver.Batch
+			freshMin int
+		}{{f, 1}, {b, -1}} {
+			rec := &recording{Store: store}
+			before[i] = redisNow(t, srv)
+			if errs := reconcile.New(reconcile.Options{FreshMin: way.freshMin}).Reconcile(context.Background(), rec, []driver.Batch{way.b}); errs[0] != nil {
+				rt.Fatal(errs[0])
+			}
+			after[i] = redisNow(t, srv)
+			if got, want := rec.count(driver.FreshScript.Name()), max(way.freshMin, 0); got != want {
+				rt.Fatalf("%s: %d fresh calls, want %d", way.b.ID, got, want)
+			}
+		}
+		pttl := func(key string) int64 {
+			ms, err := strconv.ParseInt(srv.Do(t, "PTTL", key), 10, 64)
+			if err != nil {
+				rt.Fatal(err)
+			}
+			return ms
+		}
+		if window {
+			// Members with their scores; one that the script skipped as
+			// outside the window may be kept by the earlier now of the
+			// fresh call, and is outside the window at the next decision.
+			members := func(key, seed string) map[string]string {
+				m := map[string]string{}
+				if srv.Do(t, "EXISTS", key) == "0" {
+					return m
+				}
+				kv := strings.Fields(strings.NewReplacer("[", " ", "]", " ").Replace(srv.Do(t, "ZRANGE", key, "0", "-1", "WITHSCORES")))
+				for i := 0; i+1 < len(kv); i += 2 {
+					m[strings.Replace(kv[i], seed, "seed:", 1)] = kv[i+1]
+				}
+				return m
+			}
+			fm, sm := members(f.Key, "seed:"+f.ID), members(b.Key, "seed:"+b.ID)
+			for id, score := range sm {
+				if fm[id] != score {
+					rt.Fatalf("script member %s at %s, the fresh key's at %q", id, score, fm[id])
+				}
+			}
+			for id, score := range fm {
+				at, _ := strconv.ParseInt(score, 10, 64)
+				if _, ok := sm[id]; !ok && at > before[1]-width {
+					rt.Fatalf("fresh member %s at %s inside the script's window (%d)", id, score, before[1]-width)
+				}
+			}
+			if len(sm) > 0 && pttl(f.Key) < pttl(b.Key)-2-(after[1]-before[0])/1000 {
+				rt.Fatalf("fresh PTTL %d, the script's %d", pttl(f.Key), pttl(b.Key))
+			}
+			return
+		}
+		// The bucket is the model's at a time within the fresh call's
+		// replay; its value holds the script's base and grants.
+		full := capacity * width
+		model := func(now int64) int64 {
+			return tokenbucket.Replay(0, false, b.Seed, &tokenbucket.MergeLog{}, capacity, width, now, b.Grants)
+		}
+		sv, fv := strings.Split(srv.Do(t, "GET", b.Key), "|"), strings.Split(srv.Do(t, "GET", f.Key), "|")
+		fe, _ := strconv.ParseInt(fv[0], 10, 64)
+		if lo, hi := model(before[0]), model(after[0]); fe < lo || fe > hi {
+			rt.Fatalf("fresh bucket %d, the model's %d..%d", fe, lo, hi)
+		}
+		if len(sv) != len(fv) || len(sv) > 1 && strings.Join(sv[2:], "|") != strings.Join(fv[2:], "|") {
+			rt.Fatalf("fresh value %q, the script's %q", fv, sv)
+		}
+		keep := int64(0)
+		if len(sv) > 1 {
+			keep = time.Second.Milliseconds() + 1 // the default merge window
+			if s, _ := strconv.ParseInt(fv[1], 10, 64); s < before[0] || s > after[0] {
+				rt.Fatalf("fresh merge log started at %d, outside its replay %d..%d", s, before[0], after[0])
+			}
+		}
+		// Its TTL: until the bucket is full again, at least while the log
+		// is read; read after the replay.
+		got := pttl(f.Key)
+		read := redisNow(t, srv)
+		lo, hi := max((fe+full-read)/1000, keep-(read-before[0])/1000)-2, max((fe+full-before[0])/1000+1, keep)+1
+		if got < lo || got > hi {
+			rt.Fatalf("fresh PTTL %d, want %d..%d", got, lo, hi)
+		}
+	})
+}
+
+// TestFreshMixed: a fresh replay of batches whose keys are missing, exist,
+// repeat, or were applied before acknowledges each batch once and leaves
+// every key as the replay scripts alone do; a retry through either way
+// adds nothing.
+func TestFreshMixed(t *testing.T) {
+	t.Parallel()
+	tb, _ := tokenbucket.Policy("mtb", 10, 100)
+	sw, _ := slidingwindow.Policy("msw", 10, time.Minute)
+	sc, _ := slidingcounter.Policy("msc", 10, time.Minute)
+	srv := redistest.Start(t)
+	store := newStore(t, srv)
+	for _, p := range []core.Policy{tb, sw, sc} {
+		now := redisNow(t, srv)
+		build := func(way string) []driver.Batch {
+			var bs []driver.Batch
+			for i, k := range []string{"k1", "k2", "k1", "k3", "k4", "k2", "k5"} {
+				id := fmt.Sprintf("%s%s:e:%d", way, p.Name(), i)
+				bs = append(bs, driver.Batch{ID: id, Key: driver.StorageKey("hf:", p.Name(), way+k), Policy: p,
+					Grants: []driver.Grant{{ID: id + "-a", Cost: int64(1 + i%3), At: now - 3000}, {ID: id + "-b", Cost: 1, At: now - 1000}}})
+			}
+			return bs
+		}
+		scripts, fresh := build("s:"), build("f:")
+		// k3 exists before the replay, and batch 4 (k4) was applied
+		// before: in both ways.
+		for _, bs := range [][]driver.Batch{scripts, fresh} {
+			prior := reconcile.New(reconcile.Options{FreshMin: -1}).Reconcile(context.Background(), store, []driver.Batch{bs[3], bs[4]})
+			if prior[0] != nil || prior[1] != nil {
+				t.Fatalf("%s: prior replay %v", p.Name(), prior)
+			}
+		}
+		// The batch of k3 replayed now is another batch of the same key.
+		for _, bs := range [][]driver.Batch{scripts, fresh} {
+			bs[3].ID += "0"
+		}
+		for attempt := range 2 {
+			for way, r := range map[string]*reconcile.Reconciler{
+				"scripts": reconcile.New(reconcile.Options{FreshMin: -1}),
+				"fresh":   reconcile.New(reconcile.Options{FreshMin: 1}),
+			} {
+				bs := scripts
+				if way == "fresh" {
+					bs = fresh
+				}
+				if attempt == 1 {
+					// The retry goes the other way.
+					r = reconcile.New(reconcile.Options{FreshMin: map[string]int{"scripts": 1, "fresh": -1}[way]})
+				}
+				rec := &recording{Store: store}
+				for i, err := range r.Reconcile(context.Background(), rec, bs) {
+					if err != nil {
+						t.Fatalf("%s %s attempt %d batch %d: %v", p.Name(), way, attempt, i, err)
+					}
+				}
+			}
+			for _, k := range []string{"k1", "k2", "k3", "k4", "k5"} {
+				got := state(t, srv, p, driver.StorageKey("hf:", p.Name(), "f:"+k))
+				want := state(t, srv, p, driver.StorageKey("hf:", p.Name(), "s:"+k))
+				if got != want {
+					t.Errorf("%s attempt %d key %s: fresh %q, scripts %q", p.Name(), attempt, k, got, want)
+				}
+			}
+		}
+	}
+}

@@ -64,7 +64,7 @@ demo-docs: deps
 # mid-outage, a key flood, TLS), with their table and figures written to
 # CHAOS_OUT. About 5 minutes; CI runs it too, writing to a temp file.
 CHAOS_OUT ?= $(CURDIR)/docs/RELIABILITY.md
-CHAOS_TESTS := TestOutage$$|TestBlackHole|TestFrozenDefaultDeadline|TestFlapping|TestGentle|TestCluster|TestNet|TestReplyFault|TestRestartMidOutage|TestCrashLoses|TestKeyFlood|TestTLS
+CHAOS_TESTS := TestOutage$$|TestOutageManyKeys|TestBlackHole|TestFrozenDefaultDeadline|TestFlapping|TestGentle|TestCluster|TestNet|TestReplyFault|TestRestartMidOutage|TestCrashLoses|TestKeyFlood|TestTLS
 chaos: deps
 	HOLDFAST_RELIABILITY_OUT=$(CHAOS_OUT) $(GO) test -count=1 -timeout 15m -run '$(CHAOS_TESTS)' ./fallback
 	@echo "wrote $(CHAOS_OUT)"

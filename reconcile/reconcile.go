@@ -22,13 +22,21 @@
 // markerOf). The calls are sent concurrently (pipelined by the client, in
 // chunks of its own size).
 //
-// What a replay costs is mostly the script's work per key: on one local
-// Redis 7.0 (make bench, BENCHMARKS.md section 4: 100k keys of three
-// grants), a token bucket batch costs about 5.4 µs of Redis CPU (a GET and
-// a SET of its key, and a share of its call's HMGET, HSET and TIME);
-// go test -bench BenchmarkReconcile ./reconcile measures the same. The
-// client builds the next calls while Redis runs the last ones (see
-// Reconcile), so the replay takes about that CPU time.
+// A replay of FreshMin batches or more sends the batches of a
+// driver.FreshReplayer in fresh calls first (driver.FreshScript): a key
+// Redis lost (restarted empty) is written with the plain commands the
+// algorithm computed in the client, under the same markers, and a key
+// that exists goes to the replay script (see Reconcile).
+//
+// What a replay costs is mostly Redis's work per key: on one local Redis
+// 7.0 (make bench, BENCHMARKS.md section 4: 100k keys of three grants), a
+// token bucket batch costs about 4 µs of Redis CPU in a fresh call (its
+// SET, and a share of the call's HMGET, EXISTS and HSET) and about 5.5 µs
+// in its replay script (a GET and a SET of its key, and a share of its
+// call's HMGET, HSET and TIME); go test -bench BenchmarkReconcile
+// ./reconcile measures the same. The client builds the next calls while
+// Redis runs the last ones (see Reconcile), so the replay takes about that
+// CPU time.
 // DefaultMultiBatches is 32: a call's fixed work (its markers' HMGET and
 // HSET, TIME, the script's start) is spread over more keys than at 16
 // (48 and 64 measured no better), and a call's Redis time stays well

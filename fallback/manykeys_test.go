@@ -36,15 +36,8 @@ func TestOutageManyKeys(t *testing.T) {
 			in := startInstances(t, tc.backend, srv.URL(), 4, "")
 			time.Sleep(300 * time.Millisecond) // every instance has heartbeated: N = 4
 			const keys = 100
-			const normal, outage, after = 1500 * time.Millisecond, 3 * time.Second, 3 * time.Second
-			ctx, cancel := context.WithTimeout(context.Background(), normal+outage+after)
+			ctx, cancel := killRun(t, srv)
 			defer cancel()
-			go func() {
-				time.Sleep(normal)
-				srv.Kill()
-				time.Sleep(outage)
-				srv.Restart(t)
-			}()
 			var ld load
 			per := make([]atomic.Int64, keys)
 			start := time.Now()

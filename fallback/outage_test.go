@@ -214,15 +214,8 @@ func TestOutage(t *testing.T) {
 				}
 			}
 
-			const normal, outage, after = 1500 * time.Millisecond, 3 * time.Second, 3 * time.Second
-			ctx, cancel := context.WithTimeout(context.Background(), normal+outage+after)
+			ctx, cancel := killRun(t, srv)
 			defer cancel()
-			go func() {
-				time.Sleep(normal)
-				srv.Kill()
-				time.Sleep(outage)
-				srv.Restart(t)
-			}()
 			var ld load
 			start := time.Now()
 			in.drive(ctx, tc.p, "client-1", 4, 2*time.Millisecond, &ld)
@@ -247,6 +240,20 @@ func TestOutage(t *testing.T) {
 			in.checkRecovered(t)
 		})
 	}
+}
+
+// killRun returns the context of a run of 7.5 s in which Redis runs for
+// 1.5 s, is killed (SIGKILL) for 3 s and is restarted.
+func killRun(t *testing.T, srv *redistest.Server) (context.Context, context.CancelFunc) {
+	const normal, outage, after = 1500 * time.Millisecond, 3 * time.Second, 3 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), normal+outage+after)
+	go func() {
+		time.Sleep(normal)
+		srv.Kill()
+		time.Sleep(outage)
+		srv.Restart(t)
+	}()
+	return ctx, cancel
 }
 
 // checkRecovered asserts every instance went open, reconciling, closed and

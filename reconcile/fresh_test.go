@@ -10,7 +10,6 @@ import (
 
 	"pgregory.net/rapid"
 
-	"github.com/holdfast/holdfast/algorithms/slidingcounter"
 	"github.com/holdfast/holdfast/algorithms/slidingwindow"
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	"github.com/holdfast/holdfast/core"
@@ -156,12 +155,9 @@ func TestFreshMatchesScript(t *testing.T) {
 // adds nothing.
 func TestFreshMixed(t *testing.T) {
 	t.Parallel()
-	tb, _ := tokenbucket.Policy("mtb", 10, 100)
-	sw, _ := slidingwindow.Policy("msw", 10, time.Minute)
-	sc, _ := slidingcounter.Policy("msc", 10, time.Minute)
 	srv := redistest.Start(t)
 	store := newStore(t, srv)
-	for _, p := range []core.Policy{tb, sw, sc} {
+	for _, p := range smallPolicies("m") {
 		now := redisNow(t, srv)
 		build := func(way string) []driver.Batch {
 			var bs []driver.Batch

@@ -413,6 +413,16 @@ func TestRefusedBatchInMultiCall(t *testing.T) {
 	}
 }
 
+// smallPolicies are a token bucket of 10 refilled at 100/s, and a sliding
+// window and a sliding window counter of 10 a minute, named prefix+"tb",
+// "sw" and "sc".
+func smallPolicies(prefix string) []core.Policy {
+	tb, _ := tokenbucket.Policy(prefix+"tb", 10, 100)
+	sw, _ := slidingwindow.Policy(prefix+"sw", 10, time.Minute)
+	sc, _ := slidingcounter.Policy(prefix+"sc", 10, time.Minute)
+	return []core.Policy{tb, sw, sc}
+}
+
 // TestFreshCalls: a call of several batches skips reading its keys only
 // when none of them exists and each is its own; otherwise each body reads
 // its key. Three calls per algorithm, each replayed batched and alone (on
@@ -421,12 +431,9 @@ func TestRefusedBatchInMultiCall(t *testing.T) {
 // with a key that exists among missing ones, one of missing keys only.
 func TestFreshCalls(t *testing.T) {
 	t.Parallel()
-	tb, _ := tokenbucket.Policy("btb", 10, 100)
-	sw, _ := slidingwindow.Policy("bsw", 10, time.Minute)
-	sc, _ := slidingcounter.Policy("bsc", 10, time.Minute)
 	srv := redistest.Start(t)
 	store := newStore(t, srv)
-	for _, p := range []core.Policy{tb, sw, sc} {
+	for _, p := range smallPolicies("b") {
 		now := redisNow(t, srv)
 		seq := 0
 		batch := func(prefix, key string, cost int64) driver.Batch {

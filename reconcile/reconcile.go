@@ -144,8 +144,8 @@ func New(o Options) *Reconciler {
 // A Reconcile of FreshMin batches or more first sends the batches of a
 // driver.FreshReplayer in driver.FreshScript calls, which write the keys
 // that are missing with plain commands and leave the others to the replay
-// script: after Redis restarted empty that is every key, at about half the
-// Redis time a key. Both calls keep the same markers, so a batch counts
+// script: after Redis restarted empty that is every key, at a quarter to a
+// third less Redis time a key. Both calls keep the same markers, so a batch counts
 // once whichever applied it. While most keys of a slice exist (a replay
 // after a partition, into a Redis that kept its keys), the slices after it
 // go to the replay script at once.

@@ -53,27 +53,8 @@ var FreshScript = NewScript("holdfast_fresh_replay", freshSource, nil)
 
 const freshSource = `-- holdfast fresh replay (see driver.FreshScript)
 local nb = 0 + ARGV[1]
-local fields, first, count = {}, {}, {}
 local p = 4
-for b = 1, nb do
-  fields[b] = ARGV[p]
-  local c = 0 + ARGV[p + 1]
-  first[b], count[b] = p + 2, c
-  p = p + 2 + c
-end
-local done = redis.call('HMGET', KEYS[1], unpack(fields))
-local none = false
-if ARGV[3] == '1' then
-  local keys, nk = {}, 0
-  for b = 1, nb do
-    if not done[b] then
-      nk = nk + 1
-      keys[nk] = KEYS[1 + b]
-    end
-  end
-  none = nk == 0 or redis.pcall('EXISTS', unpack(keys)) == 0
-end
-local out, marks, nm = {}, {}, 0
+` + luaReadBatches + luaNoneExists + `local out, marks, nm = {}, {}, 0
 for b = 1, nb do
   local key = KEYS[1 + b]
   if done[b] then
@@ -105,14 +86,7 @@ for b = 1, nb do
     end
   end
 end
-if nm > 0 then
-  if nb >= 8 then
-    marks[nm + 1], marks[nm + 2] = '~', 'holdfast: a value past 64 bytes keeps this marker hash a hash table'
-  end
-  redis.call('HSET', KEYS[1], unpack(marks))
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return out
+` + luaMarkBatches + `return out
 `
 
 // Replies of FreshScript, per batch.

@@ -105,29 +105,10 @@ local p = 5 + ARGV[4]
 for j = 5, p - 1 do
   shared[j - 4] = tonumber(ARGV[j]) or ARGV[j]
 end
-local fields, first, count = {}, {}, {}
-for b = 1, nb do
-  fields[b] = ARGV[p]
-  local c = 0 + ARGV[p + 1]
-  first[b], count[b] = p + 2, c
-  p = p + 2 + c
-end
-local done = redis.call('HMGET', KEYS[1], unpack(fields))
-local t = redis.call('TIME')
+` + luaReadBatches + `local t = redis.call('TIME')
 now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 nowS = string.format('%d', now)
-local fresh = false
-if nb > 1 and ARGV[3] == '1' then
-  local keys, nk = {}, 0
-  for b = 1, nb do
-    if not done[b] then
-      nk = nk + 1
-      keys[nk] = KEYS[1 + b]
-    end
-  end
-  -- An ACL without EXISTS (older docs) only costs the bodies their read.
-  fresh = nk > 0 and redis.pcall('EXISTS', unpack(keys)) == 0
-end
+` + luaNoneExists + `local fresh = none
 local out, no, marks, nm = {}, 0, {}, 0
 for b = 1, nb do
   if done[b] then
@@ -159,7 +140,45 @@ for b = 1, nb do
     end
   end
 end
-if nm > 0 then
+` + luaMarkBatches + `return out
+`
+
+// luaReadBatches is the Lua that reads a replay call's batches (from
+// ARGV[p], p set before it, for nb batches: each batch's marker field,
+// its number of arguments and its arguments) into fields, first and count,
+// and their markers into done, in one HMGET of the marker hash KEYS[1].
+const luaReadBatches = `local fields, first, count = {}, {}, {}
+for b = 1, nb do
+  fields[b] = ARGV[p]
+  local c = 0 + ARGV[p + 1]
+  first[b], count[b] = p + 2, c
+  p = p + 2 + c
+end
+local done = redis.call('HMGET', KEYS[1], unpack(fields))
+`
+
+// luaNoneExists is the Lua that sets none when a call of several batches
+// on distinct keys (ARGV[3] "1") has no key that exists among those of its
+// batches not marked before, asked in one EXISTS.
+const luaNoneExists = `local none = false
+if nb > 1 and ARGV[3] == '1' then
+  local keys, nk = {}, 0
+  for b = 1, nb do
+    if not done[b] then
+      nk = nk + 1
+      keys[nk] = KEYS[1 + b]
+    end
+  end
+  -- An ACL without EXISTS (older docs) only costs each batch its own
+  -- read of its key.
+  none = nk > 0 and redis.pcall('EXISTS', unpack(keys)) == 0
+end
+`
+
+// luaMarkBatches is the Lua that marks the nm / 2 batches applied
+// (marks: their fields, each followed by '1') in one HSET of the marker
+// hash, and sets its TTL (ARGV[2] ms) again.
+const luaMarkBatches = `if nm > 0 then
   if nb >= 8 then
     -- A call of many batches is a large replay, whose marker hash grows
     -- past what Redis keeps as a listpack (searched field by field); a
@@ -170,7 +189,6 @@ if nm > 0 then
   redis.call('HSET', KEYS[1], unpack(marks))
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
-return out
 `
 
 // A ReplayBatch is one batch of a replay call: its key, its field in the

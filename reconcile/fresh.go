@@ -41,10 +41,10 @@ func (r *Reconciler) freshClock(ctx context.Context, store driver.Store, n int, 
 
 // prepareFresh returns the fresh calls of the batches whose algorithm is
 // a driver.FreshReplayer, with now a lower bound of the Redis time they
-// run at, and appends the others' indices to rest.
-func (r *Reconciler) prepareFresh(batches []driver.Batch, cluster bool, now int64, rest []int) ([]unit, []int) {
+// run at, their parts in prep (which prepare overwrites for those sent
+// to the replay script after), and appends the others' indices to rest.
+func (r *Reconciler) prepareFresh(batches []driver.Batch, cluster bool, now int64, prep []prepared, rest []int) ([]unit, []int) {
 	o := driver.ReplayOptions{MergeWindow: r.o.MergeWindow}
-	prep := make([]prepared, len(batches))
 	idx := make([]int, 0, len(batches))
 	for i := range batches {
 		b := &batches[i]
@@ -59,8 +59,7 @@ func (r *Reconciler) prepareFresh(batches []driver.Batch, cluster bool, now int6
 			continue
 		}
 		marker, field := markerOf(b.Key, b.ID, cluster)
-		prep[i] = prepared{group: group{script: driver.FreshScript, marker: marker},
-			batch: driver.ReplayBatch{Key: b.Key, Field: field, Args: words}, weight: 3 + len(words), ok: true}
+		prep[i] = preparedOf(group{script: driver.FreshScript, marker: marker}, nil, driver.ReplayBatch{Key: b.Key, Field: field, Args: words})
 		idx = append(idx, i)
 	}
 	return r.plan(prep, idx), rest

@@ -211,3 +211,61 @@ func TestFreshMixed(t *testing.T) {
 		}
 	}
 }
+
+// TestFreshStopsOnExistingKeys: a replay into a Redis that kept its keys
+// (a partition) stops sending fresh calls once a slice found most keys
+// there; every batch goes to the replay script and counts once, as in a
+// replay through the scripts alone.
+func TestFreshStopsOnExistingKeys(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	store := newStore(t, srv)
+	p := smallPolicies("x")[0]
+	const n = 8 * 1024
+	now := redisNow(t, srv)
+	scripts := reconcile.New(reconcile.Options{FreshMin: -1, CallTimeout: 10 * time.Second})
+	before := reconcileBatches(p, "before-", n, now)
+	for _, err := range scripts.Reconcile(context.Background(), store, before) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The same keys, and a reference set replayed the same way through
+	// the scripts alone.
+	ref := reconcileBatches(p, "ref-before-", n, now)
+	for i := range ref {
+		ref[i].Key = "ref:" + ref[i].Key
+	}
+	for _, err := range scripts.Reconcile(context.Background(), store, ref) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec := &recording{Store: store}
+	multi := pipelining{recording: rec, pl: store.(driver.Pipeliner)}
+	again := reconcileBatches(p, "again-", n, now)
+	for _, err := range reconcile.New(reconcile.Options{CallTimeout: 10 * time.Second}).Reconcile(context.Background(), multi, again) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	refAgain := reconcileBatches(p, "ref-again-", n, now)
+	for i := range refAgain {
+		refAgain[i].Key = "ref:" + refAgain[i].Key
+	}
+	for _, err := range scripts.Reconcile(context.Background(), store, refAgain) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// At most the slices in flight when the first one's replies came
+	// back were sent fresh: 4 of 1024 batches each, and the one built then.
+	if rec.fresh == 0 || rec.fresh > 5*1024 {
+		t.Errorf("%d of %d batches sent in fresh calls, want some and at most %d", rec.fresh, n, 5*1024)
+	}
+	for _, k := range []int{0, 1023, 1024, 4096, n - 1} {
+		if got, want := state(t, srv, p, again[k].Key), state(t, srv, p, refAgain[k].Key); got != want {
+			t.Errorf("key %d: %s, the scripts' %s", k, got, want)
+		}
+	}
+}

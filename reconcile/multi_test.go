@@ -95,6 +95,7 @@ type recording struct {
 	mu    sync.Mutex
 	names []string
 	sizes []int
+	fresh int // batches sent in fresh calls
 }
 
 func (r *recording) note(s *driver.Script, args []string) {
@@ -104,6 +105,9 @@ func (r *recording) note(s *driver.Script, args []string) {
 	if (strings.HasPrefix(s.Name(), "reconcile_") || s == driver.FreshScript) && len(args) > 0 {
 		n, _ := strconv.Atoi(args[0])
 		r.sizes = append(r.sizes, n)
+		if s == driver.FreshScript {
+			r.fresh += n
+		}
 	}
 }
 

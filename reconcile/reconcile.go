@@ -168,7 +168,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, store driver.Store, batches 
 		var fresh []unit
 		rest := make([]int, 0, hi-lo)
 		if clock != nil && !existing.Load() {
-			fresh, rest = r.prepareFresh(sub, cluster, clock(), rest)
+			fresh, rest = r.prepareFresh(sub, cluster, clock(), subPrep, rest)
 		} else {
 			for i := range sub {
 				rest = append(rest, i)
@@ -255,7 +255,7 @@ func (r *Reconciler) prepare(batches []driver.Batch, idx []int, cluster bool, er
 		b := &batches[i]
 		rp, err := replayer(b)
 		if err != nil {
-			errs[i] = err
+			errs[i], prep[i] = err, prepared{}
 			continue
 		}
 		if !have || !samePolicy(b.Policy, last) {
@@ -264,9 +264,16 @@ func (r *Reconciler) prepare(batches []driver.Batch, idx []int, cluster bool, er
 		}
 		marker, field := markerOf(b.Key, b.ID, cluster)
 		args := rp.ReplayArgs(nil, b, o)
-		prep[i] = prepared{group: group{script: rp.ReplayScript(), marker: marker, shared: joined}, shared: shared,
-			batch: driver.ReplayBatch{Key: b.Key, Field: field, Args: args}, weight: 3 + len(args), ok: true}
+		prep[i] = preparedOf(group{script: rp.ReplayScript(), marker: marker, shared: joined}, shared,
+			driver.ReplayBatch{Key: b.Key, Field: field, Args: args})
 	}
+}
+
+// preparedOf is the prepared batch rb of group g, with its group's shared
+// arguments: its weight is its key, its field, its count and its
+// arguments.
+func preparedOf(g group, shared []string, rb driver.ReplayBatch) prepared {
+	return prepared{group: g, shared: shared, batch: rb, weight: 3 + len(rb.Args), ok: true}
 }
 
 // unit returns the call that applies the prepared batches idx, of p's

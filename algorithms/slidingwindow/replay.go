@@ -95,24 +95,15 @@ const freshUnits = 500
 func (algorithm) FreshWrites(w []string, b *driver.Batch, _ driver.ReplayOptions, now int64) ([]string, bool) {
 	width := b.Policy.Interval().Microseconds()
 	oldest := now - width
-	units := int64(0)
+	// One ZADD of every unit in the window; its word count is set once
+	// the units are known.
+	start := len(w)
+	w = append(w, "", "ZADD")
+	var units, newest int64
 	if b.Seed.Value > 0 && b.Seed.At > oldest {
-		units += b.Seed.Value
-	}
-	for _, g := range b.Grants {
-		if g.At > oldest && g.Cost > 0 {
-			units += g.Cost
+		if units = b.Seed.Value; units > freshUnits {
+			return w[:start], false
 		}
-	}
-	if units == 0 {
-		return w, true
-	}
-	if units > freshUnits {
-		return w, false
-	}
-	w = append(w, strconv.FormatInt(1+2*units, 10), "ZADD")
-	var newest int64
-	if b.Seed.Value > 0 && b.Seed.At > oldest {
 		score := strconv.FormatInt(b.Seed.At, 10)
 		prefix := "seed:" + b.ID + ":"
 		for u := int64(1); u <= b.Seed.Value; u++ {
@@ -124,6 +115,9 @@ func (algorithm) FreshWrites(w []string, b *driver.Batch, _ driver.ReplayOptions
 		if g.At <= oldest || g.Cost <= 0 {
 			continue
 		}
+		if units += g.Cost; units > freshUnits {
+			return w[:start], false
+		}
 		score := strconv.FormatInt(g.At, 10)
 		w = append(w, score, g.ID)
 		for u := int64(1); u < g.Cost; u++ {
@@ -131,6 +125,10 @@ func (algorithm) FreshWrites(w []string, b *driver.Batch, _ driver.ReplayOptions
 		}
 		newest = max(newest, g.At)
 	}
+	if units == 0 {
+		return w[:start], true
+	}
+	w[start] = strconv.FormatInt(1+2*units, 10)
 	// newest is inside the window: the TTL is positive.
 	ttl := (newest+width-now)/1000 + 1
 	return driver.AppendFresh(w, "PEXPIRE", strconv.FormatInt(ttl, 10)), true

@@ -67,7 +67,7 @@ func New() *Metrics {
 		}, []string{"from", "to"}),
 		calls: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: Namespace, Name: "redis_call_duration_seconds",
-			Help: "Duration of calls to Redis by script (ping and pipeline for those calls) and outcome (ok, error).",
+			Help: "Duration of calls to Redis by script (ping, pipeline and commands for those calls) and outcome (ok, error).",
 			// 100µs to about 200ms: the call deadline is tens of milliseconds.
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 12),
 		}, []string{"script", "outcome"}),

@@ -48,31 +48,45 @@ func (b *bothStore) RunMany(ctx context.Context, calls []driver.Call) []driver.C
 	return (&pipeStore{b.fakeStore}).RunMany(ctx, calls)
 }
 
+// cmdStore is a bothStore that is also a driver.Commander: the Redis
+// backends' stores.
+type cmdStore struct{ bothStore }
+
+func (c *cmdStore) RunCommands(_ context.Context, cmds [][]string) []error {
+	out := make([]error, len(cmds))
+	for i := range out {
+		out[i] = c.err
+	}
+	return out
+}
+
 func TestStoreKeepsCapabilities(t *testing.T) {
 	tests := []struct {
-		name       string
-		store      driver.Store
-		ping, pipe bool
+		name            string
+		store           driver.Store
+		ping, pipe, cmd bool
 	}{
-		{"plain", &fakeStore{}, false, false},
-		{"pinger", &pingStore{}, true, false},
-		{"pipeliner", &pipeStore{}, false, true},
-		{"both", &bothStore{}, true, true},
+		{"plain", &fakeStore{}, false, false, false},
+		{"pinger", &pingStore{}, true, false, false},
+		{"pipeliner", &pipeStore{}, false, true, false},
+		{"both", &bothStore{}, true, true, false},
+		{"commander", &cmdStore{}, true, true, true},
 	}
 	for _, tt := range tests {
 		s := metrics.New().Store(tt.store)
 		_, ping := s.(driver.Pinger)
 		_, pipe := s.(driver.Pipeliner)
-		if ping != tt.ping || pipe != tt.pipe {
-			t.Errorf("%s: wrapped store is Pinger %v, Pipeliner %v; want %v, %v", tt.name, ping, pipe, tt.ping, tt.pipe)
+		_, cmd := s.(driver.Commander)
+		if ping != tt.ping || pipe != tt.pipe || cmd != tt.cmd {
+			t.Errorf("%s: wrapped store is Pinger %v, Pipeliner %v, Commander %v; want %v, %v, %v", tt.name, ping, pipe, cmd, tt.ping, tt.pipe, tt.cmd)
 		}
 	}
 }
 
 func TestStoreTimesCalls(t *testing.T) {
 	m := metrics.New()
-	ok := m.Store(&bothStore{pingStore{fakeStore{reply: []int64{1}}}})
-	bad := m.Store(&bothStore{pingStore{fakeStore{err: core.ErrStoreUnavailable}}})
+	ok := m.Store(&cmdStore{bothStore{pingStore{fakeStore{reply: []int64{1}}}}})
+	bad := m.Store(&cmdStore{bothStore{pingStore{fakeStore{err: core.ErrStoreUnavailable}}}})
 	script := driver.NewScript("tokenbucket", "return 1", nil)
 	ctx := context.Background()
 	for _, s := range []driver.Store{ok, bad} {
@@ -80,6 +94,7 @@ func TestStoreTimesCalls(t *testing.T) {
 		s.Run(ctx, script, []string{"k"}, nil)
 		s.(driver.Pinger).Ping(ctx)
 		s.(driver.Pipeliner).RunMany(ctx, []driver.Call{{Script: script}, {Script: script}})
+		s.(driver.Commander).RunCommands(ctx, [][]string{{"ZADD", "k", "1", "m"}, {"PEXPIRE", "k", "10"}})
 	}
 	out := scrape(t, m)
 	for _, want := range []string{
@@ -89,6 +104,8 @@ func TestStoreTimesCalls(t *testing.T) {
 		`holdfast_redis_call_duration_seconds_count{outcome="error",script="ping"} 1`,
 		`holdfast_redis_call_duration_seconds_count{outcome="ok",script="pipeline"} 1`,
 		`holdfast_redis_call_duration_seconds_count{outcome="error",script="pipeline"} 1`,
+		`holdfast_redis_call_duration_seconds_count{outcome="ok",script="commands"} 1`,
+		`holdfast_redis_call_duration_seconds_count{outcome="error",script="commands"} 1`,
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("scrape lacks %s", want)

@@ -8,19 +8,23 @@ import (
 )
 
 // Store returns s timing every call into the Redis latency histogram:
-// Run by script name, Ping as "ping", RunMany as "pipeline" (one
-// observation per round trip). Errors are observed too, with outcome
+// Run by script name, Ping as "ping", RunMany as "pipeline" and
+// RunCommands as "commands" (one observation per call of either). Errors are observed too, with outcome
 // "error": a call that hit its deadline shows up in the top buckets.
 //
 // The returned store has exactly the optional capabilities of s
-// (driver.Pinger, driver.Pipeliner; driver.Sharded through Unwrap), so callers that look for them by type
+// (driver.Pinger, driver.Pipeliner, driver.Commander with both;
+// driver.Sharded through Unwrap), so callers that look for them by type
 // assertion, such as the fallback layer's health probe and the
 // reconciler's pipelining, behave as they would with s itself.
 func (m *Metrics) Store(s driver.Store) driver.Store {
 	t := &timed{next: s, m: m}
 	p, ping := s.(driver.Pinger)
 	pl, pipe := s.(driver.Pipeliner)
+	cm, cmds := s.(driver.Commander)
 	switch {
+	case ping && pipe && cmds:
+		return &timedPingPipeCmds{timedPingPipe{timed: t, pinger: p, pipeliner: pl}, cm}
 	case ping && pipe:
 		return &timedPingPipe{timed: t, pinger: p, pipeliner: pl}
 	case ping:
@@ -112,7 +116,30 @@ func (t *timedPingPipe) RunMany(ctx context.Context, calls []driver.Call) []driv
 	return t.runMany(ctx, t.pipeliner, calls)
 }
 
+// timedPingPipeCmds is timedPingPipe of a store that is also a
+// driver.Commander: both Redis backends' stores.
+type timedPingPipeCmds struct {
+	timedPingPipe
+	commander driver.Commander
+}
+
+// RunCommands times one call of plain commands.
+func (t *timedPingPipeCmds) RunCommands(ctx context.Context, cmds [][]string) []error {
+	start := time.Now()
+	errs := t.commander.RunCommands(ctx, cmds)
+	var err error
+	for _, e := range errs {
+		if e != nil {
+			err = e
+			break
+		}
+	}
+	t.observe("commands", start, err)
+	return errs
+}
+
 var (
+	_ driver.Commander = (*timedPingPipeCmds)(nil)
 	_ driver.Pinger    = (*timedPing)(nil)
 	_ driver.Pipeliner = (*timedPipe)(nil)
 	_ driver.Pinger    = (*timedPingPipe)(nil)

@@ -39,14 +39,15 @@ func (r *Reconciler) freshClock(ctx context.Context, store driver.Store, n int, 
 	return func() int64 { return at + time.Since(got).Microseconds() }
 }
 
-// prepareFresh returns the fresh calls of the batches whose algorithm is
-// a driver.FreshReplayer, with now a lower bound of the Redis time they
-// run at, their parts in prep (which prepare overwrites for those sent
-// to the replay script after), and appends the others' indices to rest.
-func (r *Reconciler) prepareFresh(batches []driver.Batch, cluster bool, now int64, prep []prepared, rest []int) ([]unit, []int) {
+// prepareFresh returns the fresh calls of the batches in of whose
+// algorithm is a driver.FreshReplayer, with now a lower bound of the Redis
+// time they run at, their parts in prep (which prepare overwrites for
+// those sent to the replay script after), and appends the others' indices
+// to rest.
+func (r *Reconciler) prepareFresh(batches []driver.Batch, of []int, cluster bool, now int64, prep []prepared, rest []int) ([]unit, []int) {
 	o := driver.ReplayOptions{MergeWindow: r.o.MergeWindow}
-	idx := make([]int, 0, len(batches))
-	for i := range batches {
+	idx := make([]int, 0, len(of))
+	for _, i := range of {
 		b := &batches[i]
 		fr, ok := b.Policy.Algorithm().(driver.FreshReplayer)
 		if !b.Policy.Valid() || !ok {

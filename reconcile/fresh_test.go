@@ -74,8 +74,20 @@ func TestFreshMatchesScript(t *testing.T) {
 				rt.Fatal(errs[0])
 			}
 			after[i] = redisNow(t, srv)
-			if got, want := rec.count(driver.FreshScript.Name()), max(way.freshMin, 0); got != want {
-				rt.Fatalf("%s: %d fresh calls, want %d", way.b.ID, got, want)
+			// The fresh way sends no replay script: a fresh call, or
+			// for a window without seed units plain writes (none when
+			// no unit is in the window); the script way one script.
+			script := p.Algorithm().(driver.Replayer).ReplayScript().Name()
+			if got, want := rec.count(script), max(-way.freshMin, 0); got != want {
+				rt.Fatalf("%s: %d replay script calls, want %d", way.b.ID, got, want)
+			}
+			seeded := b.Seed.Value > 0 && b.Seed.At > before[i]-width+100_000
+			unseeded := b.Seed.Value == 0 || b.Seed.At < before[i]-width-100_000
+			if way.freshMin > 0 && window && unseeded && rec.count(driver.FreshScript.Name()) != 0 {
+				rt.Fatalf("%s: a fresh call for a window batch without seed units", way.b.ID)
+			}
+			if way.freshMin > 0 && (!window || seeded) && rec.count(driver.FreshScript.Name()) != 1 || rec.plain > 0 && !window {
+				rt.Fatalf("%s: %d fresh calls and %d plain writes", way.b.ID, rec.count(driver.FreshScript.Name()), rec.plain)
 			}
 		}
 		pttl := func(key string) int64 {

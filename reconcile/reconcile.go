@@ -26,7 +26,11 @@
 // driver.FreshReplayer in fresh calls first (driver.FreshScript): a key
 // Redis lost (restarted empty) is written with the plain commands the
 // algorithm computed in the client, under the same markers, and a key
-// that exists goes to the replay script (see Reconcile).
+// that exists goes to the replay script (see Reconcile). To a store that
+// is a driver.Commander it sends the batches of a driver.PlainReplayer
+// (the sliding window's, without seed units) as plain commands before
+// that, with neither script nor marker: they add nothing when applied
+// again.
 //
 // What a replay costs is mostly Redis's work per key: on one local Redis
 // 7.0 (make bench, BENCHMARKS.md section 4: 100k keys of three grants), a
@@ -84,9 +88,9 @@ type Options struct {
 	// batches: a batch that would take a call past it starts the next
 	// call, and a batch of more goes alone. 0 means DefaultMultiArgs.
 	MultiArgs int
-	// FreshMin is the fewest batches a Reconcile sends to
-	// driver.FreshScript first (see Reconcile); a negative FreshMin sends
-	// every batch to its replay script. 0 means DefaultFreshMin.
+	// FreshMin is the fewest batches a Reconcile sends as plain writes
+	// and to driver.FreshScript first (see Reconcile); a negative FreshMin
+	// sends every batch to its replay script. 0 means DefaultFreshMin.
 	FreshMin int
 }
 
@@ -149,6 +153,15 @@ func New(o Options) *Reconciler {
 // once whichever applied it. While most keys of a slice exist (a replay
 // after a partition, into a Redis that kept its keys), the slices after it
 // go to the replay script at once.
+//
+// Before that, under the same conditions, the batches of a
+// driver.PlainReplayer go as plain commands to a store that is a
+// driver.Commander (see driver.PlainReplayer): a batch is acknowledged
+// when its commands all succeeded, stays unacknowledged when Redis did not
+// answer one, and goes to the scripts when Redis refused one; once most of
+// a slice's were refused, the slices after it go to the scripts at once. A
+// batch whose key is also the key of a batch for the scripts (which may
+// write a seed into a missing key) goes there with it.
 func (r *Reconciler) Reconcile(ctx context.Context, store driver.Store, batches []driver.Batch) []error {
 	errs := make([]error, len(batches))
 	cluster := driver.OnCluster(store)
@@ -162,23 +175,35 @@ func (r *Reconciler) Reconcile(ctx context.Context, store driver.Store, batches 
 	)
 	clock := r.freshClock(ctx, store, len(batches), cluster)
 	var existing atomic.Bool // most keys of a fresh slice existed
+	var plainOff atomic.Bool // most plain batches of a slice were refused
+	cm, _ := store.(driver.Commander)
 	for lo := 0; lo < len(batches); lo += streamSlice {
 		hi := min(lo+streamSlice, len(batches))
 		sub, subErrs, subPrep := batches[lo:hi], errs[lo:hi], prep[lo:hi]
-		var fresh []unit
-		rest := make([]int, 0, hi-lo)
+		var (
+			plain plainWrites
+			fresh []unit
+		)
+		rest := make([]int, hi-lo)
+		for i := range rest {
+			rest[i] = i
+		}
+		if clock != nil && cm != nil && !plainOff.Load() {
+			plain, rest = r.preparePlain(sub, rest, clock())
+		}
 		if clock != nil && !existing.Load() {
-			fresh, rest = r.prepareFresh(sub, cluster, clock(), subPrep, rest)
-		} else {
-			for i := range sub {
-				rest = append(rest, i)
-			}
+			fresh, rest = r.prepareFresh(sub, rest, cluster, clock(), subPrep, make([]int, 0, len(rest)))
 		}
 		r.prepare(sub, rest, cluster, subErrs, subPrep)
 		units := r.plan(subPrep, rest)
 		inflight <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-inflight }()
+			if len(plain.of) > 0 {
+				again := r.sendPlain(ctx, cm, sub, plain, subErrs, &plainOff)
+				r.prepare(sub, again, cluster, subErrs, subPrep)
+				units = append(units, r.plan(subPrep, again)...)
+			}
 			if len(fresh) > 0 {
 				again := r.sendFresh(ctx, store, sub, fresh, subErrs, sem, &existing)
 				r.prepare(sub, again, cluster, subErrs, subPrep)

@@ -42,6 +42,19 @@ type crashAfter struct {
 
 var errCrash = errors.New("injected crash after apply")
 
+// RunCommands applies the commands, then reports the first `fail` calls'
+// replies lost: each command an unanswered error.
+func (c *crashAfter) RunCommands(ctx context.Context, cmds [][]string) []error {
+	errs := c.Store.(driver.Commander).RunCommands(ctx, cmds)
+	if c.fail > 0 {
+		c.fail--
+		for i := range errs {
+			errs[i] = &core.StoreError{Class: core.ClassUnavailable, Reason: "crash", Err: errCrash}
+		}
+	}
+	return errs
+}
+
 func (c *crashAfter) Run(ctx context.Context, s *driver.Script, keys, args []string) ([]int64, error) {
 	r, err := c.Store.Run(ctx, s, keys, args)
 	if err == nil && c.fail > 0 && s != driver.TimeScript {

@@ -20,6 +20,7 @@ import (
 func runFaults(t *testing.T, h RedisHarness) {
 	t.Run("run", func(t *testing.T) { runServerFaults(t, h) })
 	t.Run("run_many", func(t *testing.T) { runManyFaults(t, h) })
+	t.Run("run_commands", func(t *testing.T) { runCommandsFaults(t, h) })
 	runParallel(t, h, []redisTest{
 		{"unreachable", testUnreachable},
 		{"canceled", testCanceled},

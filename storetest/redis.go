@@ -17,6 +17,7 @@ type RedisStore interface {
 	driver.Store
 	driver.Pinger
 	driver.Pipeliner
+	driver.Commander
 }
 
 // A RedisHarness makes the stores of a Redis backend for RunRedis and the
@@ -108,6 +109,7 @@ func RunRedis(t *testing.T, h RedisHarness) {
 		{"script_flush", testScriptFlush},
 		{"password", testPassword},
 		{"pipeline", func(t *testing.T, h RedisHarness) { runParallel(t, h, pipelineTests) }},
+		{"commands", func(t *testing.T, h RedisHarness) { runParallel(t, h, commandTests) }},
 	})
 }
 

@@ -81,7 +81,7 @@ func (algorithm) WindowPolicy(name string, limit int64, window time.Duration) (c
 	return Policy(name, limit, window)
 }
 
-var _ driver.FreshReplayer = algorithm{}
+var _ driver.PlainReplayer = algorithm{}
 
 // freshUnits is the most units FreshWrites writes in one ZADD: a batch of
 // more goes to replay.lua, which adds them 500 at a time.
@@ -93,6 +93,40 @@ const freshUnits = 500
 // than the script's keeps a unit that has just left the window (the next
 // decision trims it, uncounted) and gives the key a longer TTL.
 func (algorithm) FreshWrites(w []string, b *driver.Batch, _ driver.ReplayOptions, now int64) ([]string, bool) {
+	w, ttl, ok := appendUnits(w, b, now, true)
+	if !ok || ttl == "" {
+		return w, ok
+	}
+	return driver.AppendFresh(w, "PEXPIRE", ttl), true
+}
+
+// PlainWrites is what replay.lua does to the key of a batch without seed
+// units in the window, whether the key exists or not: it adds the
+// grants' units still in the window at now, members that a second ZADD
+// adds nothing for, and extends the TTL to cover the newest. The commands
+// are not atomic together, so the order keeps every unit: PEXPIRE GT
+// first, so that a key about to expire outlives the ZADD; then the ZADD;
+// then PEXPIRE NX, for a key the ZADD created. A batch with seed units
+// goes to the scripts: they are written only into a missing key.
+func (algorithm) PlainWrites(w []string, b *driver.Batch, _ driver.ReplayOptions, now int64) ([]string, bool) {
+	if b.Seed.Value > 0 && b.Seed.At > now-b.Policy.Interval().Microseconds() {
+		return w, false
+	}
+	start := len(w)
+	w = driver.AppendFresh(w, "PEXPIRE", "", "GT")
+	w, ttl, ok := appendUnits(w, b, now, false)
+	if !ok || ttl == "" {
+		return w[:start], ok
+	}
+	w[start+2] = ttl
+	return driver.AppendFresh(w, "PEXPIRE", ttl, "NX"), true
+}
+
+// appendUnits appends to w the ZADD of batch b's units in the window at
+// now (the seed's too, when seed), and returns the TTL in ms that keeps
+// the key until the newest leaves the window, "" when there is none. ok
+// is false, w unchanged, for more than freshUnits units.
+func appendUnits(w []string, b *driver.Batch, now int64, seed bool) (_ []string, ttl string, ok bool) {
 	width := b.Policy.Interval().Microseconds()
 	oldest := now - width
 	// One ZADD of every unit in the window; its word count is set once
@@ -100,9 +134,9 @@ func (algorithm) FreshWrites(w []string, b *driver.Batch, _ driver.ReplayOptions
 	start := len(w)
 	w = append(w, "", "ZADD")
 	var units, newest int64
-	if b.Seed.Value > 0 && b.Seed.At > oldest {
+	if seed && b.Seed.Value > 0 && b.Seed.At > oldest {
 		if units = b.Seed.Value; units > freshUnits {
-			return w[:start], false
+			return w[:start], "", false
 		}
 		score := strconv.FormatInt(b.Seed.At, 10)
 		prefix := "seed:" + b.ID + ":"
@@ -116,7 +150,7 @@ func (algorithm) FreshWrites(w []string, b *driver.Batch, _ driver.ReplayOptions
 			continue
 		}
 		if units += g.Cost; units > freshUnits {
-			return w[:start], false
+			return w[:start], "", false
 		}
 		score := strconv.FormatInt(g.At, 10)
 		w = append(w, score, g.ID)
@@ -126,10 +160,9 @@ func (algorithm) FreshWrites(w []string, b *driver.Batch, _ driver.ReplayOptions
 		newest = max(newest, g.At)
 	}
 	if units == 0 {
-		return w[:start], true
+		return w[:start], "", true
 	}
 	w[start] = strconv.FormatInt(1+2*units, 10)
 	// newest is inside the window: the TTL is positive.
-	ttl := (newest+width-now)/1000 + 1
-	return driver.AppendFresh(w, "PEXPIRE", strconv.FormatInt(ttl, 10)), true
+	return w, strconv.FormatInt((newest+width-now)/1000+1, 10), true
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/holdfast/holdfast/core"
 	"github.com/holdfast/holdfast/core/driver"
 	"github.com/holdfast/holdfast/internal/pipeline"
 )
@@ -81,3 +82,44 @@ func (s *Store) exec(ctx context.Context, calls []driver.Call, idx []int, out []
 	}
 	return refused
 }
+
+// commandSizing is how RunCommands splits its commands: a plain command
+// is a few µs of Redis time at most, where a replay call is tens, so a
+// pipeline carries more of them within the same read deadline. One chunk
+// at a time keeps the commands in order (a reconciler sends several
+// RunCommands at once; 2 workers a call replayed 100k keys no faster).
+var commandSizing = pipeline.Sizing{Chunk: 1000, Workers: 1, MaxArgs: 4000}
+
+// RunCommands sends cmds (each its name, its key and its arguments) in
+// pipelines, in order, each after the replies of the one before, and
+// returns each command's error, mapped as Run maps errors (a nil reply is
+// a success). For a Redis Cluster, go-redis routes each command by its
+// key. Nothing is retried.
+func (s *Store) RunCommands(ctx context.Context, cmds [][]string) []error {
+	if ctx == nil {
+		return pipeline.Failed(len(cmds), core.ErrNilContext)
+	}
+	return pipeline.ChunkedBy(cmds, commandSizing, func(c []string) int { return len(c) }, func(cmds [][]string, out []error) {
+		rc := make([]*redis.Cmd, len(cmds))
+		// The pipeline's own error is also each failed command's error.
+		_, _ = s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for j, c := range cmds {
+				argv := make([]any, len(c))
+				for k, a := range c {
+					argv[k] = a
+				}
+				rc[j] = redis.NewCmd(ctx, argv...)
+				rc[j].SetFirstKeyPos(1)
+				_ = p.Process(ctx, rc[j])
+			}
+			return nil
+		})
+		for j, c := range cmds {
+			if err := rc[j].Err(); err != nil && !replyErrors.IsNil(err) {
+				out[j] = classify(c[0], err)
+			}
+		}
+	})
+}
+
+var _ driver.Commander = (*Store)(nil)

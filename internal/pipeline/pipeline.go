@@ -149,3 +149,13 @@ func (b Batch) runChunk(ctx context.Context, calls []driver.Call, out []driver.C
 		b.Exec(ctx, calls, again, out)
 	}
 }
+
+// Failed returns n copies of err: the outcomes of n commands that were
+// not sent.
+func Failed(n int, err error) []error {
+	out := make([]error, n)
+	for i := range out {
+		out[i] = err
+	}
+	return out
+}

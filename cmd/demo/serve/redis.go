@@ -101,6 +101,7 @@ type shardedStore interface {
 	driver.Store
 	driver.Pinger
 	driver.Pipeliner
+	driver.Commander
 	driver.Sharded
 }
 
@@ -226,6 +227,20 @@ func (s *connectingStore) RunMany(ctx context.Context, calls []driver.Call) []dr
 	out := make([]driver.CallResult, len(calls))
 	for i := range out {
 		out[i].Err = err
+	}
+	return out
+}
+
+// RunCommands runs the commands on the connected store; before, each
+// fails.
+func (s *connectingStore) RunCommands(ctx context.Context, cmds [][]string) []error {
+	if st := s.store(); st != nil {
+		return st.RunCommands(ctx, cmds)
+	}
+	err := s.err()
+	out := make([]error, len(cmds))
+	for i := range out {
+		out[i] = err
 	}
 	return out
 }

@@ -24,6 +24,9 @@ func (fakeStore) Ping(context.Context) error { return nil }
 func (fakeStore) RunMany(_ context.Context, calls []driver.Call) []driver.CallResult {
 	return make([]driver.CallResult, len(calls))
 }
+func (fakeStore) RunCommands(_ context.Context, cmds [][]string) []error {
+	return make([]error, len(cmds))
+}
 func (f fakeStore) Shards(context.Context) ([]driver.Shard, error) { return f.shards, nil }
 
 // TestConnectingStore: until the dial succeeds every call fails with
@@ -53,6 +56,9 @@ func TestConnectingStore(t *testing.T) {
 	if res := s.RunMany(ctx, make([]driver.Call, 2)); len(res) != 2 || !errors.Is(res[1].Err, core.ErrStoreUnavailable) {
 		t.Errorf("RunMany before connecting: %v", res)
 	}
+	if errs := s.RunCommands(ctx, make([][]string, 2)); len(errs) != 2 || !errors.Is(errs[1], core.ErrStoreUnavailable) {
+		t.Errorf("RunCommands before connecting: %v", errs)
+	}
 	if _, err := s.Shards(ctx); !errors.Is(err, core.ErrStoreUnavailable) {
 		t.Errorf("Shards before connecting: %v", err)
 	}
@@ -71,6 +77,9 @@ func TestConnectingStore(t *testing.T) {
 	}
 	if res := s.RunMany(ctx, make([]driver.Call, 3)); len(res) != 3 || res[0].Err != nil {
 		t.Errorf("RunMany once connected: %v", res)
+	}
+	if errs := s.RunCommands(ctx, make([][]string, 3)); len(errs) != 3 || errs[0] != nil {
+		t.Errorf("RunCommands once connected: %v", errs)
 	}
 	s.Close()
 	s.Close()

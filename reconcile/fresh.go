@@ -47,6 +47,9 @@ func (r *Reconciler) freshClock(ctx context.Context, store driver.Store, n int, 
 func (r *Reconciler) prepareFresh(batches []driver.Batch, of []int, cluster bool, now int64, prep []prepared, rest []int) ([]unit, []int) {
 	o := driver.ReplayOptions{MergeWindow: r.o.MergeWindow}
 	idx := make([]int, 0, len(of))
+	// Every batch's words go into one buffer (a token bucket's are 5),
+	// each batch's Args its part.
+	buf := make([]string, 0, 8*len(of))
 	for _, i := range of {
 		b := &batches[i]
 		fr, ok := b.Policy.Algorithm().(driver.FreshReplayer)
@@ -54,8 +57,11 @@ func (r *Reconciler) prepareFresh(batches []driver.Batch, of []int, cluster bool
 			rest = append(rest, i)
 			continue
 		}
-		words, ok := fr.FreshWrites(nil, b, o, now)
+		n := len(buf)
+		buf, ok = fr.FreshWrites(buf, b, o, now)
+		words := buf[n:len(buf):len(buf)]
 		if !ok {
+			buf = buf[:n]
 			rest = append(rest, i)
 			continue
 		}

@@ -26,13 +26,20 @@ type plainWrites struct {
 // would have created.
 func (r *Reconciler) preparePlain(batches []driver.Batch, idx []int, now int64) (plainWrites, []int) {
 	o := driver.ReplayOptions{MergeWindow: r.o.MergeWindow}
-	words := make([][]string, len(batches))
+	// Every batch's words go into one buffer (a batch of three grants has
+	// 16): batch i's are buf[from[i]:to[i]].
+	buf := make([]string, 0, 16*len(idx))
+	from, to := make([]int, len(batches)), make([]int, len(batches))
 	plain := make([]bool, len(batches))
 	some := false
 	for _, i := range idx {
 		b := &batches[i]
 		if pr, ok := b.Policy.Algorithm().(driver.PlainReplayer); ok && b.Policy.Valid() {
-			words[i], plain[i] = pr.PlainWrites(nil, b, o, now)
+			from[i] = len(buf)
+			if buf, plain[i] = pr.PlainWrites(buf, b, o, now); !plain[i] {
+				buf = buf[:from[i]]
+			}
+			to[i] = len(buf)
 			some = some || plain[i]
 		}
 	}
@@ -54,7 +61,7 @@ func (r *Reconciler) preparePlain(batches []driver.Batch, idx []int, now int64) 
 	for _, i := range idx {
 		n := len(p.cmds)
 		_, s := scripted[batches[i].Key]
-		if ok := plain[i] && !s && p.add(i, batches[i].Key, words[i]); !ok {
+		if ok := plain[i] && !s && p.add(i, batches[i].Key, buf[from[i]:to[i]:to[i]]); !ok {
 			p.cmds, p.of = p.cmds[:n], p.of[:n]
 			rest = append(rest, i)
 		}
@@ -89,8 +96,8 @@ func (p *plainWrites) add(i int, key string, w []string) bool {
 // returns the others, for the replay script: a batch whose command Redis
 // refused. It sets off when most of the batches went to the scripts.
 func (r *Reconciler) sendPlain(ctx context.Context, cm driver.Commander, batches []driver.Batch, p plainWrites, errs []error, off *atomic.Bool) (again []int) {
-	var send [][]string
-	var sent []int // of each command sent
+	send := make([][]string, 0, len(p.cmds))
+	sent := make([]int, 0, len(p.cmds)) // of each command sent
 	for j, c := range p.cmds {
 		if c != nil {
 			send, sent = append(send, c), append(sent, p.of[j])
@@ -109,9 +116,9 @@ func (r *Reconciler) sendPlain(ctx context.Context, cm driver.Commander, batches
 	// else its first refusal.
 	lost := map[int]error{}
 	refused := map[int]struct{}{}
+	var se *core.StoreError
 	for j, err := range results {
 		i := sent[j]
-		var se *core.StoreError
 		switch {
 		case err == nil:
 		case errors.As(err, &se) && !se.Answered:

@@ -91,11 +91,12 @@ const reportTail = `Reading the table:
   window grants go back with their original times, and all instances return to Redis
   together at the recovery barrier (docs/DESIGN.md).
 - The 100-key kill -9 rows replay a batch per key from each instance into a Redis that
-  restarted empty: each instance's first replay writes the keys Redis lost in fresh
-  calls (the client computes each key's value, under the replay's markers), and the
-  batches of the instances after it merge into what those wrote through the replay
-  scripts (docs/DESIGN.md, "Fresh calls"); the test also holds each key within 1.05 of
-  its own bound.
+  restarted empty. Token bucket: the first instance's replay writes the keys Redis lost
+  in fresh calls (the client computes each key's value, under the replay's markers),
+  and the batches of the instances after it merge into those through the replay
+  scripts (docs/DESIGN.md, "Fresh calls"). Sliding window: a batch with seed units goes
+  in a fresh call, one without as plain writes, no script and no marker ("Plain writes").
+  The test also holds each key within 1.05 of its own bound.
 - SIGSTOP rows land at 1.00: a call that timed out after it was sent is decided
   locally and logged, and when the frozen Redis resumes it refuses the buffered calls,
   whose deadline (sent in Redis time) has passed, without writing (the deadline guard,

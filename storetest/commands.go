@@ -148,14 +148,8 @@ func runCommandsFaults(t *testing.T, h RedisHarness) {
 					t.Fatalf("healthy, command %d: %v", i, err)
 				}
 			}
-			tc.fault(srv)
-			defer srv.Resume()
-			ctx := context.Background()
-			if tc.deadline > 0 {
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(ctx, tc.deadline)
-				defer cancel()
-			}
+			ctx, cancel := faulted(t, srv, tc.fault, tc.deadline)
+			defer cancel()
 			start := time.Now()
 			errs := s.RunCommands(ctx, pushes("{c}:list", 3000))
 			took := time.Since(start)

@@ -172,14 +172,8 @@ func runManyFaults(t *testing.T, h RedisHarness) {
 				}
 			}
 			calls := echoCalls(3000)
-			tc.fault(srv)
-			defer srv.Resume()
-			ctx := context.Background()
-			if tc.deadline > 0 {
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(ctx, tc.deadline)
-				defer cancel()
-			}
+			ctx, cancel := faulted(t, srv, tc.fault, tc.deadline)
+			defer cancel()
 			start := time.Now()
 			res := s.RunMany(ctx, calls)
 			took := time.Since(start)
@@ -194,4 +188,15 @@ func runManyFaults(t *testing.T, h RedisHarness) {
 			t.Logf("%d calls failed after %v; first: %v", len(calls), took, res[0].Err)
 		})
 	}
+}
+
+// faulted injects fault into srv, resumed when t ends, and returns the
+// context of the calls made under it: with deadline d, none if 0.
+func faulted(t *testing.T, srv *redistest.Server, fault func(*redistest.Server), d time.Duration) (context.Context, context.CancelFunc) {
+	fault(srv)
+	t.Cleanup(srv.Resume)
+	if d > 0 {
+		return context.WithTimeout(context.Background(), d)
+	}
+	return context.WithCancel(context.Background())
 }

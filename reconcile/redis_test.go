@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -37,7 +38,19 @@ func newStore(t testing.TB, srv *redistest.Server) driver.Store {
 // but before it cleared its log.
 type crashAfter struct {
 	driver.Store
+	mu   sync.Mutex // guards fail: a replay sends its slices at once
 	fail int
+}
+
+// crash reports whether this call's reply is lost, counting it.
+func (c *crashAfter) crash() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.fail > 0 {
+		c.fail--
+		return true
+	}
+	return false
 }
 
 var errCrash = errors.New("injected crash after apply")
@@ -46,8 +59,7 @@ var errCrash = errors.New("injected crash after apply")
 // replies lost: each command an unanswered error.
 func (c *crashAfter) RunCommands(ctx context.Context, cmds [][]string) []error {
 	errs := c.Store.(driver.Commander).RunCommands(ctx, cmds)
-	if c.fail > 0 {
-		c.fail--
+	if c.crash() {
 		for i := range errs {
 			errs[i] = &core.StoreError{Class: core.ClassUnavailable, Reason: "crash", Err: errCrash}
 		}
@@ -57,8 +69,7 @@ func (c *crashAfter) RunCommands(ctx context.Context, cmds [][]string) []error {
 
 func (c *crashAfter) Run(ctx context.Context, s *driver.Script, keys, args []string) ([]int64, error) {
 	r, err := c.Store.Run(ctx, s, keys, args)
-	if err == nil && c.fail > 0 && s != driver.TimeScript {
-		c.fail--
+	if err == nil && s != driver.TimeScript && c.crash() {
 		return nil, errCrash
 	}
 	return r, err

@@ -97,10 +97,9 @@ func (p *plainWrites) add(i int, key string, w []string) bool {
 // refused. It sets off when most of the batches went to the scripts.
 func (r *Reconciler) sendPlain(ctx context.Context, cm driver.Commander, batches []driver.Batch, p plainWrites, errs []error, off *atomic.Bool) (again []int) {
 	send := make([][]string, 0, len(p.cmds))
-	sent := make([]int, 0, len(p.cmds)) // of each command sent
-	for j, c := range p.cmds {
+	for _, c := range p.cmds {
 		if c != nil {
-			send, sent = append(send, c), append(sent, p.of[j])
+			send = append(send, c)
 		}
 	}
 	// The deadline grows with the number of batches: 10,000 per
@@ -112,37 +111,38 @@ func (r *Reconciler) sendPlain(ctx context.Context, cm driver.Commander, batches
 		results = cm.RunCommands(ctx, send)
 		cancel()
 	}
-	// Each batch's outcome: its first error that Redis did not answer,
-	// else its first refusal.
-	lost := map[int]error{}
-	refused := map[int]struct{}{}
+	// Each batch's outcome, its commands being consecutive: its first
+	// error that Redis did not answer, else whether Redis refused one.
 	var se *core.StoreError
-	for j, err := range results {
-		i := sent[j]
-		switch {
-		case err == nil:
-		case errors.As(err, &se) && !se.Answered:
-			if _, ok := lost[i]; !ok {
-				lost[i] = err
+	for j, k := 0, 0; j < len(p.of); {
+		i := p.of[j]
+		var lost error
+		refused := false
+		for ; j < len(p.of) && p.of[j] == i; j++ {
+			if p.cmds[j] == nil {
+				continue
 			}
-		default:
-			refused[i] = struct{}{}
+			err := results[k]
+			k++
+			switch {
+			case err == nil:
+			case errors.As(err, &se) && !se.Answered:
+				if lost == nil {
+					lost = err
+				}
+			default:
+				refused = true
+			}
 		}
-	}
-	last := -1
-	for _, i := range p.of {
-		if i == last {
-			continue
-		}
-		last = i
-		if err, ok := lost[i]; ok {
+		switch {
+		case lost != nil:
 			// Redis did not answer: the scripts would not get through
 			// either. The batch stays in the log; sent again, it adds
 			// nothing twice.
-			errs[i] = check(&batches[i], nil, err)
-		} else if _, ok := refused[i]; ok {
+			errs[i] = check(&batches[i], nil, lost)
+		case refused:
 			again = append(again, i)
-		} else {
+		default:
 			errs[i] = nil
 		}
 	}

@@ -297,7 +297,7 @@ func TestFailedBatchInMultiCall(t *testing.T) {
 // nothing.
 func TestBatchedPipelines(t *testing.T) {
 	t.Parallel()
-	tb, _ := tokenbucket.Policy("btb", 100, 10)
+	tb, _ := tokenbucket.Policy("btb", 100, 0.01) // keys that outlive the test: 300 s for 3 grants
 	sw, _ := slidingwindow.Policy("bsw", 100, time.Minute)
 	sc, _ := slidingcounter.Policy("bsc", 100, time.Minute)
 	for _, backend := range []string{"goredis", "rueidis"} {

@@ -79,7 +79,11 @@ func TestAllowAllFourInstances(t *testing.T) {
 			skey := driver.StorageKey("hf:", sec.Name(), key)
 			counter := &spendCounter{key: skey}
 			var stores []*gate
-			in := startInstancesWith(t, []string{tc.url, tc.url, tc.url, tc.url}, "", callTimeout, func(url string) driver.Store {
+			// A deadline no call reaches on a loaded machine: a call past
+			// it is a fault (its outcome unknown, so its spend stays, and
+			// the instance decides locally), which only the outage case
+			// injects, by refusing calls at once.
+			in := startInstancesWith(t, []string{tc.url, tc.url, tc.url, tc.url}, "", 5*time.Second, func(url string) driver.Store {
 				g := &gate{Store: newStore(t, "goredis", url), count: counter.count, refused: counter.refused}
 				stores = append(stores, g)
 				return gated(g, len(stores) == 2)

@@ -21,9 +21,11 @@ import (
 // keys, past reconcile's FreshMin, so the keys Redis lost are written by
 // fresh calls and the batches of the other instances merge into what
 // those wrote. Over the whole run every key stays within 105% of the
-// policy's bound and the keys together admit at least 85% of what exact
-// limiters admit; no caller sees an error, and every instance goes open,
-// reconciling, closed.
+// policy's bound, and the keys together admit at least 85% of what the
+// instances' shares allow: what exact limiters admit, for the part of
+// the run the instances decide through Redis, and what their leases can
+// admit of it (shareUse) for the part they decide locally. No caller sees
+// an error, and every instance goes open, reconciling, closed.
 func TestOutageManyKeys(t *testing.T) {
 	tb, _ := tokenbucket.Policy("mtb", 5, 5)
 	sw, _ := slidingwindow.Policy("msw", 10, 2*time.Second)

@@ -58,7 +58,7 @@ func TestOutageManyKeys(t *testing.T) {
 			// while they decide through Redis, and while they decide
 			// locally what their leases can admit of a share.
 			local := in.notClosed(start, start.Add(took))
-			allow := 1 - local + local*shareUse(tc.p, len(in.lims))
+			allow := 1 - local + local*shareUse(t, tc.p, len(in.lims))
 			t.Logf("admitted %d denied %d errors %d in %v over %d keys: bound %.1f a key, ratio %.3f, %.3f of the ideal, most on one key %d; %.0f%% of the run local, where the shares allow %.3f of the ideal",
 				ld.admitted.Load(), ld.denied.Load(), ld.errors.Load(), took.Round(time.Millisecond), keys, b, ratio, floor, worst, 100*local, allow)
 			record(fmt.Sprintf("kill -9 for 3 s, restart empty, %d keys", keys), tc.backend, tc.p, &ld, keys*b)
@@ -106,15 +106,31 @@ func (in *instances) notClosed(from, to time.Time) float64 {
 	return float64(local) / float64(len(in.seen)) / float64(to.Sub(from))
 }
 
-// shareUse is the share of p's limit the leases of n instances admit
-// together while each decides locally: a sliding window lease admits
-// whole units of its limit/n (floor(limit/n) × n of the limit: 0.8 for
-// 10 over 4 instances); a token bucket lease keeps fractions of a token.
-func shareUse(p core.Policy, n int) float64 {
-	if p.Algorithm().Name() == slidingwindow.Name {
-		return float64(p.Limit()/int64(n)*int64(n)) / float64(p.Limit())
+// shareUse is the share of what one exact limiter of p admits that the
+// leases of n instances admit together while each decides locally, as
+// the algorithm's own lease decides it (driver.Leaser): one lease of the
+// 1/n share, asked every 1 ms for 100 of p's windows, times n, over the
+// exact limiter's count (driver.Quotaer.Bound). A sliding window lease
+// admits whole units of limit/n (0.8 for 10 over 4 instances); a token
+// bucket lease keeps fractions of a token (1).
+func shareUse(t *testing.T, p core.Policy, n int) float64 {
+	la, ok1 := p.Algorithm().(driver.Leaser)
+	qa, ok2 := p.Algorithm().(driver.Quotaer)
+	if !ok1 || !ok2 {
+		t.Fatalf("%s: no lease or quota to measure its shares by", p.Algorithm().Name())
 	}
-	return 1
+	_, w := qa.Quota(p)
+	span := 100 * w
+	const start = int64(1_700_000_000_000_000) // µs
+	l := la.NewLease(p, driver.Seed{}, start)
+	admitted := 0
+	for at := start; at < start+span.Microseconds(); at += 1000 {
+		if l.Decide(p, int64(n), at, 1).Allowed {
+			admitted++
+		}
+	}
+	ideal, _ := qa.Bound(p, span)
+	return min(1, float64(admitted*n)/ideal)
 }
 
 // driveKeys is drive over keys client-0 … client-(keys-1), each request

@@ -276,28 +276,37 @@ func newDefaultStore(t *testing.T, backend, url string) driver.Store {
 	return nil
 }
 
-// TestFrozenDefaultDeadline SIGSTOPs Redis for 6 s under load, with every
+// TestFrozenDefaultDeadline freezes Redis for 6 s under load, with every
 // deadline at its default (the breaker's 50 ms call deadline, the clients'
 // own timeouts): calls sent to the frozen Redis time out and are decided
 // locally, and when Redis resumes it runs them late; the deadline guard
-// refuses them there, so they spend no quota. The instances admit at
-// least 95% of what one exact limiter admits from the start (the bound, for
-// the token bucket) and at most 105% of the bound, no caller sees an error,
-// no decision waits much past the deadline, and the breakers close only
-// after the resume.
+// refuses them there, so they spend no quota. Two freezes: SIGSTOP (nothing
+// answers), and CLIENT PAUSE WRITE (PING, reads and new connections'
+// handshakes are answered; every script, the probe's too, is held). The
+// instances admit at least 95% of what one exact limiter admits from the
+// start (the bound, for the token bucket) and at most 105% of the bound, no
+// caller sees an error, no decision waits much past the deadline, and the
+// breakers close only after the resume.
 func TestFrozenDefaultDeadline(t *testing.T) {
 	t.Parallel()
 	const deadline = 50 * time.Millisecond // fallback.BreakerOptions' default CallTimeout
 	tb, _ := tokenbucket.Policy("tb", 10, 20)
 	sc, _ := slidingcounter.Policy("sc", 20, time.Second)
+	const frozen = 6 * time.Second
 	for _, tc := range []struct {
 		backend string
 		p       core.Policy
-	}{{"goredis", tb}, {"rueidis", tb}, {"goredis", sc}, {"rueidis", sc}} {
-		backend, tb := tc.backend, tc.p
+		pause   bool // CLIENT PAUSE WRITE, not SIGSTOP
+	}{{"goredis", tb, false}, {"rueidis", tb, false}, {"goredis", sc, false}, {"rueidis", sc, false}, {"goredis", tb, true}, {"rueidis", tb, true}} {
+		backend, tb, pause := tc.backend, tc.p, tc.pause
 		name := backend
 		if tb.Algorithm() != tokenbucket.Algorithm {
 			name += "/" + tb.Algorithm().Name()
+		}
+		row := "SIGSTOP for 6 s, default 50 ms deadline"
+		if pause {
+			name += "/pause"
+			row = "CLIENT PAUSE WRITE for 6 s (PING answered), default 50 ms deadline"
 		}
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -306,9 +315,20 @@ func TestFrozenDefaultDeadline(t *testing.T) {
 			in := startInstancesWith(t, urls, "", 0, func(url string) driver.Store { return newDefaultStore(t, backend, url) })
 			in.waitLive(t)
 			r := in.runFault(t, tb, replyNormal, replyAfter, func() func() time.Time {
+				if pause {
+					// The pause would end by itself a little after
+					// frozen; the undo ends it at frozen.
+					undo := srv.PauseWrites(t, frozen+2*time.Second)
+					return func() time.Time {
+						time.Sleep(frozen)
+						on := time.Now()
+						undo()
+						return on
+					}
+				}
 				srv.Pause()
 				return func() time.Time {
-					time.Sleep(6 * time.Second)
+					time.Sleep(frozen)
 					on := time.Now()
 					srv.Resume()
 					return on
@@ -319,7 +339,7 @@ func TestFrozenDefaultDeadline(t *testing.T) {
 			ideal, _ := tb.Algorithm().(driver.Quotaer).Bound(tb, r.took)
 			floor := float64(r.ld.admitted.Load()) / ideal
 			worst := time.Duration(r.ld.worst.Load())
-			record("SIGSTOP for 6 s, default 50 ms deadline", backend, tb, &r.ld, b)
+			record(row, backend, tb, &r.ld, b)
 			t.Logf("admitted %d denied %d errors %d in %v: bound %.1f, ratio %.3f, %.3f of the ideal %.1f; slowest decision %v (call deadline %v)",
 				r.ld.admitted.Load(), r.ld.denied.Load(), r.ld.errors.Load(), r.took.Round(time.Millisecond), b, ratio, floor, ideal, worst.Round(time.Millisecond), deadline)
 			if n := r.ld.errors.Load(); n != 0 {

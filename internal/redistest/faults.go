@@ -160,6 +160,19 @@ func (s *Server) DenyScripts(t testing.TB) (undo func()) {
 	return s.undoOnce(t, func() { s.Do(t, "ACL", "SETUSER", "default", "+@all") })
 }
 
+// PauseWrites freezes the server for writers without stopping it: CLIENT
+// PAUSE WRITE holds every command that may write (EVAL and EVALSHA among
+// them, whatever the script does) and every later command on that
+// connection, while PING, reads and new connections' handshakes are
+// answered at once. Redis runs the held commands when the pause ends, late:
+// a freeze that a PING or a connection check does not see. The pause ends
+// by itself after limit. The undo sends CLIENT UNPAUSE.
+func (s *Server) PauseWrites(t testing.TB, limit time.Duration) (undo func()) {
+	t.Helper()
+	s.Do(t, "CLIENT", "PAUSE", strconv.FormatInt(limit.Milliseconds(), 10), "WRITE")
+	return s.undoOnce(t, func() { s.Do(t, "CLIENT", "UNPAUSE") })
+}
+
 // RotatePassword changes the password (CONFIG SET requirepass) and closes
 // every client connection but the one that sends CLIENT KILL, so clients
 // must authenticate again, with the password their URL carries: that

@@ -51,7 +51,7 @@ type Options struct {
 	Normal, Outage, After time.Duration
 	// Fault is what the outage does to the redis-server: kill (SIGKILL,
 	// then a restart on the same port and AOF), stop (SIGSTOP, then
-	// SIGCONT), oom (maxmemory 1 with noeviction, then maxmemory 0) or
+	// SIGCONT), pause (CLIENT PAUSE WRITE, then CLIENT UNPAUSE), oom (maxmemory 1 with noeviction, then maxmemory 0) or
 	// readonly (REPLICAOF a port that never answers, then REPLICAOF NO
 	// ONE); "" means kill. With RedisCluster, only kill.
 	Fault string
@@ -87,6 +87,7 @@ func FlagSet(out io.Writer) (*flag.FlagSet, *Options) {
 	fs.DurationVar(&o.Outage, "outage", 10*time.Second, "how long Redis stays down (the fault lasts)")
 	fs.StringVar(&o.Fault, "fault", "kill", "what the outage does to redis-server: "+
 		"kill (SIGKILL, then restart on the same port and AOF), stop (SIGSTOP, then SIGCONT), "+
+		"pause (CLIENT PAUSE WRITE: scripts held, PING and reads answered; then CLIENT UNPAUSE), "+
 		"oom (CONFIG SET maxmemory 1 with noeviction: writes answer OOM; then maxmemory 0), "+
 		"readonly (REPLICAOF a port that never answers: writes answer READONLY; then REPLICAOF NO ONE); "+
 		"with --redis-cluster only kill")

@@ -34,6 +34,8 @@ var faults = []fault{
 		legend: "redis DOWN: redis-server killed (SIGKILL), until restarted on the same port and AOF"},
 	{name: "stop", label: "Redis frozen (SIGSTOP)", title: "frozen (SIGSTOP) and resumed", on: "frozen", off: "resumed",
 		legend: "redis DOWN: redis-server frozen (SIGSTOP: connections accepted, nothing answered), until SIGCONT"},
+	{name: "pause", label: "Redis writes paused (CLIENT PAUSE WRITE)", title: "paused for writes (CLIENT PAUSE WRITE) and unpaused", on: "paused", off: "unpaused",
+		legend: "redis DOWN: CLIENT PAUSE WRITE, every script held (PING and reads answered), until CLIENT UNPAUSE"},
 	{name: "oom", label: "Redis out of memory (OOM)", title: "out of memory (maxmemory 1) and restored", on: "out of memory", off: "restored",
 		legend: "redis DOWN: maxmemory 1 with noeviction, every write refused with OOM, until maxmemory is restored"},
 	{name: "readonly", label: "Redis read-only (READONLY)", title: "made a read-only replica and promoted back", on: "made a replica", off: "promoted back",
@@ -88,6 +90,15 @@ func (c *cluster) faultOn(ctx context.Context, victim *redisServer) (lift func()
 			victim.frozen = false
 			return fmt.Sprintf("resumed (SIGCONT pid %d)", pid), victim.p.cmd.Process.Signal(syscall.SIGCONT)
 		}, fmt.Sprintf("frozen (SIGSTOP pid %d)", pid), nil
+	case "pause":
+		// Longer than any outage: CLIENT UNPAUSE ends it (and Redis
+		// itself, if the demo dies first).
+		if err := redisCommand(victim.addr(), "CLIENT", "PAUSE", "3600000", "WRITE"); err != nil {
+			return nil, "", err
+		}
+		return func() (string, error) {
+			return "unpaused (CLIENT UNPAUSE)", redisCommand(victim.addr(), "CLIENT", "UNPAUSE")
+		}, fmt.Sprintf("writes paused (pid %d, CLIENT PAUSE WRITE: PING and reads answered)", pid), nil
 	case "oom":
 		if err := redisCommand(victim.addr(), "CONFIG", "SET", "maxmemory-policy", "noeviction", "maxmemory", "1"); err != nil {
 			return nil, "", err

@@ -14,7 +14,7 @@ import (
 	"github.com/holdfast/holdfast/cmd/demo/internal/demotest"
 )
 
-// TestFaultFlag: --fault takes kill (the default), stop, oom and readonly;
+// TestFaultFlag: --fault takes kill (the default), stop, pause, oom and readonly;
 // anything else, and any fault but kill with --redis-cluster, is refused
 // naming the flag; the help lists the values.
 func TestFaultFlag(t *testing.T) {
@@ -25,6 +25,7 @@ func TestFaultFlag(t *testing.T) {
 		{nil, "kill"},
 		{[]string{"--fault", "kill"}, "kill"},
 		{[]string{"--fault", "stop"}, "stop"},
+		{[]string{"--fault", "pause"}, "pause"},
 		{[]string{"--fault=oom"}, "oom"},
 		{[]string{"--fault", "readonly"}, "readonly"},
 		{[]string{"--fault", "kill", "--redis-cluster"}, "kill"},
@@ -52,7 +53,7 @@ func TestFaultFlag(t *testing.T) {
 	var help bytes.Buffer
 	fs, _ := FlagSet(&help)
 	fs.PrintDefaults()
-	for _, want := range []string{"-fault string", "kill (SIGKILL", "stop (SIGSTOP", "oom (CONFIG SET maxmemory 1", "readonly (REPLICAOF", `(default "kill")`} {
+	for _, want := range []string{"-fault string", "kill (SIGKILL", "stop (SIGSTOP", "pause (CLIENT PAUSE WRITE", "oom (CONFIG SET maxmemory 1", "readonly (REPLICAOF", `(default "kill")`} {
 		if !strings.Contains(help.String(), want) {
 			t.Errorf("help lacks %q:\n%s", want, help.String())
 		}

@@ -10,6 +10,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/holdfast/holdfast/algorithms/slidingcounter"
 	"github.com/holdfast/holdfast/algorithms/slidingwindow"
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	"github.com/holdfast/holdfast/core"
@@ -22,8 +23,10 @@ import (
 // call (FreshWrites, the client's arithmetic) leaves the key as the replay
 // script leaves it: the same bucket, base and merge-log grants, its log
 // started and its TTL within the replay's own time; the same window
-// members and scores, and a TTL no shorter. Random policies, seeds and
-// grants, debts past a full bucket included.
+// members and scores, and a TTL no shorter; the same counts, read at the
+// script's window (the fresh call's earlier now may keep them a window
+// before it), and a TTL past the end of the window after them. Random
+// policies, seeds and grants, debts past a full bucket included.
 func TestFreshMatchesScript(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -31,13 +34,19 @@ func TestFreshMatchesScript(t *testing.T) {
 	n := 0
 	rapid.Check(t, func(rt *rapid.T) {
 		n++
-		window := rapid.SampledFrom([]bool{false, true}).Draw(rt, "window")
+		kind := rapid.IntRange(0, 2).Draw(rt, "algorithm")
+		window, counter := kind == 1, kind == 2
 		capacity := rapid.Int64Range(1, 20).Draw(rt, "capacity")
 		var p core.Policy
 		var err error
-		if window {
+		switch {
+		case window:
 			p, err = slidingwindow.Policy("fsw", capacity, time.Duration(rapid.Int64Range(1, 20).Draw(rt, "seconds"))*time.Second)
-		} else {
+		case counter:
+			// Short windows too, so that the fresh call and the script
+			// often run in windows of their own.
+			p, err = slidingcounter.Policy("fsc", capacity, rapid.SampledFrom([]time.Duration{20 * time.Millisecond, 200 * time.Millisecond, time.Second, 10 * time.Second}).Draw(rt, "window"))
+		default:
 			p, err = tokenbucket.Policy("ftb", capacity, rapid.SampledFrom([]float64{0.5, 1, 4, 10}).Draw(rt, "perSecond"))
 		}
 		if err != nil {
@@ -51,7 +60,7 @@ func TestFreshMatchesScript(t *testing.T) {
 		b := batch("s")
 		if rapid.Bool().Draw(rt, "seeded") {
 			b.Seed = driver.Seed{Value: rapid.Int64Range(0, capacity*width).Draw(rt, "seedValue"), At: now - rapid.Int64Range(1, 3*width).Draw(rt, "seedAge")}
-			if window {
+			if window || counter {
 				b.Seed.Value = rapid.Int64Range(0, capacity).Draw(rt, "seedUnits")
 			}
 		}
@@ -96,6 +105,42 @@ func TestFreshMatchesScript(t *testing.T) {
 				rt.Fatal(err)
 			}
 			return ms
+		}
+		if counter {
+			// Both keys, Redis's clock and the Unix time (ms) the fresh
+			// key expires at (PEXPIRETIME, on the clock of TIME) in one
+			// script, which sees them at one time: a key of a short
+			// window may have expired since, the other not yet.
+			read := strings.Fields(srv.Do(t, "EVAL", `local t = redis.call('TIME')
+return (redis.call('GET', KEYS[1]) or '-') .. ' ' .. (redis.call('GET', KEYS[2]) or '-') .. ' ' .. t[1] .. ' ' .. t[2] .. ' ' .. redis.call('PEXPIRETIME', KEYS[1])`, "2", f.Key, b.Key))
+			if len(read) != 5 {
+				rt.Fatalf("read %q", read)
+			}
+			sec, _ := strconv.ParseInt(read[2], 10, 64)
+			usec, _ := strconv.ParseInt(read[3], 10, 64)
+			at := sec*1_000_000 + usec
+			state := func(v string) (slidingcounter.State, bool) {
+				var s slidingcounter.State
+				if v == "-" {
+					return s, false
+				}
+				if _, err := fmt.Sscanf(v, "%d:%d:%d", &s.Window, &s.Cur, &s.Prev); err != nil {
+					rt.Fatalf("counter holds %q: %v", v, err)
+				}
+				return s, true
+			}
+			fs, fok := state(read[0])
+			ss, sok := state(read[1])
+			// Both as of the read (a missing key counts nothing), or of
+			// the script's window when that is later (a clock ahead).
+			j := max(at/width, ss.Window)
+			if got, want := fs.Roll(j), ss.Roll(j); got != want {
+				rt.Fatalf("fresh counter %+v (exists %v), the script's %+v (exists %v): %+v and %+v at window %d", fs, fok, ss, sok, got, want, j)
+			}
+			if expires, _ := strconv.ParseInt(read[4], 10, 64); fok && expires*1000 < (fs.Window+2)*width-1000 {
+				rt.Fatalf("fresh counter of window %d expires at %d ms, before the end %d µs of the window after it", fs.Window, expires, (fs.Window+2)*width)
+			}
+			return
 		}
 		if window {
 			// Members with their scores; one that the script skipped as

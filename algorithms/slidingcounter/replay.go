@@ -41,6 +41,39 @@ func (algorithm) ReplaySharedArgs(args []string, p driver.Policy, _ driver.Repla
 	return append(args, strconv.FormatInt(p.Limit(), 10), strconv.FormatInt(p.Interval().Microseconds(), 10))
 }
 
+var _ driver.FreshReplayer = algorithm{}
+
+// FreshWrites is what replay.lua writes into a missing key: one SET of the
+// counter its grants (and seed) leave, computed by Replay. The reconciler's
+// now is a lower bound of the Redis time the SET runs at, so the window
+// the counts are kept in is that of now or of the latest grant, whichever
+// is later: a counter of a window the script's now has passed reads, at
+// that now, as the script's (its current count rolls into the previous
+// one, its previous count falls away, as the script skips grants two
+// windows old). A grant ahead of Redis's clock keeps its own window, which
+// a decision reads at that window's start: never more admitted than the
+// script allows. The TTL is from now to the end of the window after the
+// counts', so the key outlives both counts.
+func (algorithm) FreshWrites(w []string, b *driver.Batch, _ driver.ReplayOptions, now int64) ([]string, bool) {
+	at := now
+	for _, g := range b.Grants {
+		at = max(at, g.At)
+	}
+	width := b.Policy.Interval().Microseconds()
+	s, added := Replay(State{}, false, b.Seed, b.Policy.Limit(), width, at, b.Grants)
+	if added == 0 {
+		// Nothing in the window: the script writes nothing either.
+		return w, true
+	}
+	value := strconv.AppendInt(nil, s.Window, 10)
+	value = append(value, ':')
+	value = strconv.AppendInt(value, s.Cur, 10)
+	value = append(value, ':')
+	value = strconv.AppendInt(value, s.Prev, 10)
+	life := (s.Window+2)*width - now
+	return driver.AppendFresh(w, "SET", string(value), "PX", strconv.FormatInt(life/1000+1, 10)), true
+}
+
 // Coalesces is true: a grant charged at a later time counts in the same
 // fixed window or a later one, which weighs it as much or more (up to the
 // counts' bound of twice the limit).

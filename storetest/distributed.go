@@ -15,13 +15,13 @@ import (
 	"github.com/holdfast/holdfast/core/driver"
 )
 
-// Recorder is a Store that records the store time of every admitted
-// decision it passes through.
+// Recorder is a Store that records the store time of every decision it
+// passes through.
 type Recorder struct {
 	driver.Store
 	mu       sync.Mutex
 	Admitted []int64 // store time of each admitted unit, microseconds
-	Denied   int
+	DeniedAt []int64 // store time of each denied request, microseconds
 }
 
 // Run runs the step and records the decision.
@@ -33,7 +33,7 @@ func (r *Recorder) Run(ctx context.Context, s *driver.Script, keys, args []strin
 			if rep.Allowed {
 				r.Admitted = append(r.Admitted, rep.Now)
 			} else {
-				r.Denied++
+				r.DeniedAt = append(r.DeniedAt, rep.Now)
 			}
 			r.mu.Unlock()
 		}

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -101,7 +102,13 @@ func diffSlidingCounter(t *testing.T, s driver.Store) {
 // distributedSlidingCounter is RunDistributed's sliding window counter
 // part: no fixed window (aligned to multiples of the window in the store's
 // clock) admits more than the limit; any window of that length at most
-// twice the limit; the whole fixed windows at least 95% of it.
+// twice the limit; the instances admit exactly what one counter fed every
+// decision they asked for, at its store time, admits (slidingcounter.Decide),
+// and the whole fixed windows at least 80% of the limit. The counter paces
+// its admissions through each window, so what a caller stalled at a
+// window's end did not ask for is lost to that window: on a loaded machine
+// the hammer falls short of the limit (92% in a run beside a full test
+// suite) while the store still admits all the counter allows.
 func distributedSlidingCounter(t *testing.T, h Harness, instances int, d time.Duration) {
 	p := must(slidingcounter.Policy("acc-sc", 50, 500*ms))
 	limiters, recs := makeInstances(t, h, instances)
@@ -122,17 +129,39 @@ func distributedSlidingCounter(t *testing.T, h Harness, instances int, d time.Du
 			whole += n
 		}
 	}
+	// One counter fed every decision, admitted or denied, in store time.
+	asked := slices.Clone(a)
+	for _, r := range recs {
+		asked = append(asked, r.DeniedAt...)
+		r.DeniedAt = nil
+	}
+	slices.Sort(asked)
+	var st slidingcounter.State
+	var known bool
+	var ideal, idealWhole int64
+	for _, at := range asked {
+		if next, changed, _ := slidingcounter.Decide(st, known, at, p.Limit(), w, 1); changed {
+			st, known = next, true
+			ideal++
+			if k := at / w; k > first && k < last {
+				idealWhole++
+			}
+		}
+	}
 	k := max(last-first-1, 0)
 	sliding := WindowMax(a, w)
-	t.Logf("%d instances: admitted %d in %d whole fixed windows of limit %d (bound %d), %d in all; most in one fixed window %d, in any window %d",
-		instances, whole, k, p.Limit(), k*p.Limit(), len(a), most, sliding)
+	t.Logf("%d instances: admitted %d in %d whole fixed windows of limit %d (bound %d), %d in all; one counter fed the %d decisions admits %d, %d in the whole windows; most in one fixed window %d, in any window %d",
+		instances, whole, k, p.Limit(), k*p.Limit(), len(a), len(asked), ideal, idealWhole, most, sliding)
 	if most > p.Limit() {
 		t.Errorf("%d admitted in one fixed window, limit %d", most, p.Limit())
 	}
 	if int64(sliding) > 2*p.Limit() {
 		t.Errorf("%d admitted in one window, more than twice the limit %d", sliding, p.Limit())
 	}
-	if k < 2 || float64(whole) < 0.95*float64(k*p.Limit()) {
-		t.Errorf("admitted %d in %d whole fixed windows, want at least 95%% of %d", whole, k, k*p.Limit())
+	if int64(len(a)) != ideal {
+		t.Errorf("admitted %d, one counter fed the same %d decisions admits %d", len(a), len(asked), ideal)
+	}
+	if k < 2 || float64(whole) < 0.80*float64(k*p.Limit()) {
+		t.Errorf("admitted %d in %d whole fixed windows, want at least 80%% of %d", whole, k, k*p.Limit())
 	}
 }

@@ -110,6 +110,10 @@ const reportTail = `Reading the table:
 - The SIGSTOP row at the default 50 ms deadline (every other row uses 300 ms) checks the
   deadline guard: the calls the frozen Redis runs when it resumes are past their
   deadline in Redis time and are refused without writing, so they spend no quota.
+  The CLIENT PAUSE WRITE rows are the same freeze that a PING does not see: Redis
+  answers PING and new connections but holds every script (EVALSHA may write), the
+  probe's too, so the breakers stay open until the pause is lifted, and the guard
+  refuses the held calls when they run.
 - Flapping pays a little at every switch; its assertion is 1.10.
 - Network faults on some links only (a partial partition; latency past the deadline
   on 2 of 4 links) land above 1.0: the instances still on Redis get its whole refill

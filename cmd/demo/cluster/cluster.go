@@ -51,9 +51,10 @@ type Options struct {
 	Normal, Outage, After time.Duration
 	// Fault is what the outage does to the redis-server: kill (SIGKILL,
 	// then a restart on the same port and AOF), stop (SIGSTOP, then
-	// SIGCONT), pause (CLIENT PAUSE WRITE, then CLIENT UNPAUSE), oom (maxmemory 1 with noeviction, then maxmemory 0) or
-	// readonly (REPLICAOF a port that never answers, then REPLICAOF NO
-	// ONE); "" means kill. With RedisCluster, only kill.
+	// SIGCONT), pause (CLIENT PAUSE WRITE, then CLIENT UNPAUSE), oom
+	// (maxmemory 1 with noeviction, then maxmemory 0) or readonly
+	// (REPLICAOF a port that never answers, then REPLICAOF NO ONE); ""
+	// means kill. With RedisCluster, only kill.
 	Fault string
 	// Out is the report directory; "" makes a new one under the temp dir.
 	Out string

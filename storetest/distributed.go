@@ -76,6 +76,20 @@ func Hammer(t *testing.T, limiters []*core.Limiter, recs []*Recorder, p core.Pol
 	return admitted, errs
 }
 
+// Asked returns the store times of every decision a Hammer made, sorted:
+// its admitted times and the denials recs recorded, which it takes from
+// them. Fed to a Go twin in this order, they give what one limiter admits
+// of the same requests.
+func Asked(admitted []int64, recs []*Recorder) []int64 {
+	asked := slices.Clone(admitted)
+	for _, r := range recs {
+		asked = append(asked, r.DeniedAt...)
+		r.DeniedAt = nil
+	}
+	slices.Sort(asked)
+	return asked
+}
+
 // TokenBucketExcess returns the largest excess, over any span of admitted
 // times [a[i], a[j]], of admitted units over capacity + span/interval: a
 // positive value means the bucket admitted more than the policy allows.
@@ -158,12 +172,7 @@ func RunDistributed(t *testing.T, h Harness, instances int, d time.Duration) {
 		// scheduled their callers. A unit re-admits only when the one it
 		// replaces leaves the window, so a stall shifts every later
 		// admission and pushes some past the whole windows.
-		asked := slices.Clone(a)
-		for _, r := range recs {
-			asked = append(asked, r.DeniedAt...)
-			r.DeniedAt = nil
-		}
-		slices.Sort(asked)
+		asked := Asked(a, recs)
 		var log slidingwindow.Log
 		ideal := 0
 		for _, at := range asked {

@@ -2,7 +2,6 @@ package storetest
 
 import (
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -130,12 +129,7 @@ func distributedSlidingCounter(t *testing.T, h Harness, instances int, d time.Du
 		}
 	}
 	// One counter fed every decision, admitted or denied, in store time.
-	asked := slices.Clone(a)
-	for _, r := range recs {
-		asked = append(asked, r.DeniedAt...)
-		r.DeniedAt = nil
-	}
-	slices.Sort(asked)
+	asked := Asked(a, recs)
 	var st slidingcounter.State
 	var known bool
 	var ideal, idealWhole int64

@@ -86,7 +86,11 @@ func TestDenialMemory(t *testing.T) {
 
 // TestDenialMemoryAgreesWithRedis hammers a key on the real clock with and
 // without the memory: the admitted counts are the same (the bound), and
-// the memory saved most Redis calls.
+// the memory saved most Redis calls. The run lasts 4.5 sliding windows:
+// the window's units come back in bursts a window apart, and a run of a
+// whole number of windows would end on a burst, whose units a caller
+// scheduled a little late on a busy machine misses (20 against 25 in a
+// run beside the full suite).
 func TestDenialMemoryAgreesWithRedis(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -99,7 +103,7 @@ func TestDenialMemoryAgreesWithRedis(t *testing.T) {
 		for i, noMemory := range []bool{false, true} {
 			l, store := newCounted(t, srv, time.Now, noMemory)
 			key := p.Name() + "-" + map[bool]string{false: "memo", true: "plain"}[noMemory]
-			deadline := time.Now().Add(time.Second)
+			deadline := time.Now().Add(1125 * time.Millisecond)
 			for time.Now().Before(deadline) {
 				r, err := l.Allow(context.Background(), p, key)
 				if err != nil {

@@ -52,9 +52,11 @@ type Options struct {
 	// Fault is what the outage does to the redis-server: kill (SIGKILL,
 	// then a restart on the same port and AOF), stop (SIGSTOP, then
 	// SIGCONT), pause (CLIENT PAUSE WRITE, then CLIENT UNPAUSE), oom
-	// (maxmemory 1 with noeviction, then maxmemory 0) or readonly
-	// (REPLICAOF a port that never answers, then REPLICAOF NO ONE); ""
-	// means kill. With RedisCluster, only kill.
+	// (maxmemory 1 with noeviction, then maxmemory 0), readonly
+	// (REPLICAOF a port that never answers, then REPLICAOF NO ONE), busy
+	// (a script spinning, then SCRIPT KILL), noperm (ACL denies scripts),
+	// noreplicas (min-replicas-to-write 1) or wrongpass (requirepass set,
+	// clients killed); "" means kill. With RedisCluster, only kill.
 	Fault string
 	// Out is the report directory; "" makes a new one under the temp dir.
 	Out string
@@ -90,7 +92,11 @@ func FlagSet(out io.Writer) (*flag.FlagSet, *Options) {
 		"kill (SIGKILL, then restart on the same port and AOF), stop (SIGSTOP, then SIGCONT), "+
 		"pause (CLIENT PAUSE WRITE: scripts held, PING and reads answered; then CLIENT UNPAUSE), "+
 		"oom (CONFIG SET maxmemory 1 with noeviction: writes answer OOM; then maxmemory 0), "+
-		"readonly (REPLICAOF a port that never answers: writes answer READONLY; then REPLICAOF NO ONE); "+
+		"readonly (REPLICAOF a port that never answers: writes answer READONLY; then REPLICAOF NO ONE), "+
+		"busy (a script spinning: calls held 100 ms, then BUSY; then SCRIPT KILL), "+
+		"noperm (ACL SETUSER default -@scripting: scripts answer NOPERM; then +@all), "+
+		"noreplicas (min-replicas-to-write 1: writes answer NOREPLICAS; then 0), "+
+		"wrongpass (requirepass set, clients killed: reconnects answer NOAUTH; then requirepass cleared); "+
 		"with --redis-cluster only kill")
 	fs.DurationVar(&o.After, "after", 10*time.Second, "load after Redis is back")
 	fs.StringVar(&o.Out, "out", "", "report directory (default: a new holdfast-report-* directory in the temp dir)")

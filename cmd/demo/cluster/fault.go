@@ -40,6 +40,14 @@ var faults = []fault{
 		legend: "redis DOWN: maxmemory 1 with noeviction, every write refused with OOM, until maxmemory is restored"},
 	{name: "readonly", label: "Redis read-only (READONLY)", title: "made a read-only replica and promoted back", on: "made a replica", off: "promoted back",
 		legend: "redis DOWN: redis-server a replica of a dead master, every write refused with READONLY, until REPLICAOF NO ONE"},
+	{name: "busy", label: "Redis busy (a script spinning: BUSY)", title: "held by a spinning script (BUSY) and freed", on: "busy", off: "freed",
+		legend: "redis DOWN: a script spinning, every call held 100 ms (busy-reply-threshold) and then refused with BUSY, until SCRIPT KILL"},
+	{name: "noperm", label: "scripts denied (ACL: NOPERM)", title: "denied scripts by ACL (NOPERM) and allowed again", on: "scripts denied", off: "allowed",
+		legend: "redis DOWN: ACL SETUSER default -@scripting, every script refused with NOPERM (PING answered), until +@all"},
+	{name: "noreplicas", label: "writes refused (NOREPLICAS)", title: "refusing writes without replicas (NOREPLICAS) and restored", on: "refusing writes", off: "restored",
+		legend: "redis DOWN: min-replicas-to-write 1 with no replica, every write refused with NOREPLICAS, until it is 0"},
+	{name: "wrongpass", label: "password changed (WRONGPASS)", title: "password changed, clients dropped (NOAUTH) and restored", on: "password changed", off: "restored",
+		legend: "redis DOWN: requirepass set and every client killed, so each reconnects without the password (NOAUTH), until requirepass is cleared"},
 }
 
 // faultNames is the --fault values joined by "|".
@@ -121,6 +129,48 @@ func (c *cluster) faultOn(ctx context.Context, victim *redisServer) (lift func()
 				return "promoted back (REPLICAOF NO ONE)", redisCommand(victim.addr(), "REPLICAOF", "NO", "ONE")
 			},
 			fmt.Sprintf("made a replica of 127.0.0.1:%d, a master that never answers (pid %d, REPLICAOF)", dead.port, pid), nil
+	case "busy":
+		// Calls are held 100 ms before Redis answers BUSY; the spin ends
+		// with SCRIPT KILL (it writes nothing, so it can be killed).
+		if err := redisCommand(victim.addr(), "CONFIG", "SET", "busy-reply-threshold", "100"); err != nil {
+			return nil, "", err
+		}
+		spin, err := redisSend(victim.addr(), "EVAL", "while true do end", "0")
+		if err != nil {
+			return nil, "", err
+		}
+		return func() (string, error) {
+			defer spin.Close()
+			if err := redisCommand(victim.addr(), "SCRIPT", "KILL"); err != nil {
+				return "", err
+			}
+			return "freed (SCRIPT KILL)", redisCommand(victim.addr(), "CONFIG", "SET", "busy-reply-threshold", "5000")
+		}, fmt.Sprintf("busy (pid %d, a script spinning; busy-reply-threshold 100 ms)", pid), nil
+	case "noperm":
+		if err := redisCommand(victim.addr(), "ACL", "SETUSER", "default", "-@scripting"); err != nil {
+			return nil, "", err
+		}
+		return func() (string, error) {
+			return "scripts allowed (ACL SETUSER default +@all)", redisCommand(victim.addr(), "ACL", "SETUSER", "default", "+@all")
+		}, fmt.Sprintf("scripts denied (pid %d, ACL SETUSER default -@scripting)", pid), nil
+	case "noreplicas":
+		if err := redisCommand(victim.addr(), "CONFIG", "SET", "min-replicas-to-write", "1"); err != nil {
+			return nil, "", err
+		}
+		return func() (string, error) {
+			return "writes allowed (CONFIG SET min-replicas-to-write 0)", redisCommand(victim.addr(), "CONFIG", "SET", "min-replicas-to-write", "0")
+		}, fmt.Sprintf("refusing writes (pid %d, CONFIG SET min-replicas-to-write 1, no replica)", pid), nil
+	case "wrongpass":
+		const pass = "holdfast-demo-rotated"
+		if err := redisCommand(victim.addr(), "CONFIG", "SET", "requirepass", pass); err != nil {
+			return nil, "", err
+		}
+		// Every connection, this one's too, is dropped; the instances
+		// reconnect without the password.
+		_ = redisCommand(victim.addr(), "AUTH", pass, "CLIENT", "KILL", "TYPE", "normal")
+		return func() (string, error) {
+			return "password cleared (CONFIG SET requirepass \"\")", redisCommand(victim.addr(), "AUTH", pass, "CONFIG", "SET", "requirepass", "")
+		}, fmt.Sprintf("password changed (pid %d, CONFIG SET requirepass, CLIENT KILL TYPE normal)", pid), nil
 	}
 	victim.kill()
 	return func() (string, error) {
@@ -178,20 +228,53 @@ func redisCommand(addr string, args ...string) error {
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(2 * time.Second))
+	r := bufio.NewReader(c)
+	if len(args) > 2 && args[0] == "AUTH" {
+		if err := redisExchange(c, r, args[:2]); err != nil {
+			return err
+		}
+		args = args[2:]
+	}
+	return redisExchange(c, r, args)
+}
+
+// redisExchange sends one command on c and reads its reply from r: "+OK"
+// or an integer, else an error naming the command and the reply.
+func redisExchange(c net.Conn, r *bufio.Reader, args []string) error {
+	if _, err := c.Write(respCommand(args)); err != nil {
+		return err
+	}
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if line = strings.TrimRight(line, "\r\n"); line != "+OK" && !strings.HasPrefix(line, ":") {
+		return fmt.Errorf("%s: %s", args[0], line)
+	}
+	return nil
+}
+
+// respCommand is args as a RESP array of bulk strings.
+func respCommand(args []string) []byte {
 	var b strings.Builder
 	fmt.Fprintf(&b, "*%d\r\n", len(args))
 	for _, a := range args {
 		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
 	}
-	if _, err := c.Write([]byte(b.String())); err != nil {
-		return err
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
+	return []byte(b.String())
+}
+
+// redisSend sends one command to the Redis at addr and returns the
+// connection without reading its reply: a command that blocks Redis
+// until it is ended from another connection. The caller closes it.
+func redisSend(addr string, args ...string) (net.Conn, error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if line = strings.TrimRight(line, "\r\n"); line != "+OK" {
-		return fmt.Errorf("%s: %s", strings.Join(args, " "), line)
+	if _, err := c.Write(respCommand(args)); err != nil {
+		c.Close()
+		return nil, err
 	}
-	return nil
+	return c, nil
 }

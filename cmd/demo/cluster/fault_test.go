@@ -14,7 +14,8 @@ import (
 	"github.com/holdfast/holdfast/cmd/demo/internal/demotest"
 )
 
-// TestFaultFlag: --fault takes kill (the default), stop, pause, oom and readonly;
+// TestFaultFlag: --fault takes kill (the default), stop, pause, oom,
+// readonly, busy, noperm, noreplicas and wrongpass;
 // anything else, and any fault but kill with --redis-cluster, is refused
 // naming the flag; the help lists the values.
 func TestFaultFlag(t *testing.T) {
@@ -28,9 +29,14 @@ func TestFaultFlag(t *testing.T) {
 		{[]string{"--fault", "pause"}, "pause"},
 		{[]string{"--fault=oom"}, "oom"},
 		{[]string{"--fault", "readonly"}, "readonly"},
+		{[]string{"--fault", "busy"}, "busy"},
+		{[]string{"--fault", "noperm"}, "noperm"},
+		{[]string{"--fault", "noreplicas"}, "noreplicas"},
+		{[]string{"--fault", "wrongpass"}, "wrongpass"},
 		{[]string{"--fault", "kill", "--redis-cluster"}, "kill"},
 		{[]string{"--fault", "OOM"}, ""},
-		{[]string{"--fault", "busy"}, ""},
+		{[]string{"--fault", "spin"}, ""},
+		{[]string{"--fault", "busy", "--redis-cluster"}, ""},
 		{[]string{"--fault", "oom", "--redis-cluster"}, ""},
 		{[]string{"--fault", "stop", "--redis-cluster"}, ""},
 	} {
@@ -53,7 +59,7 @@ func TestFaultFlag(t *testing.T) {
 	var help bytes.Buffer
 	fs, _ := FlagSet(&help)
 	fs.PrintDefaults()
-	for _, want := range []string{"-fault string", "kill (SIGKILL", "stop (SIGSTOP", "pause (CLIENT PAUSE WRITE", "oom (CONFIG SET maxmemory 1", "readonly (REPLICAOF", `(default "kill")`} {
+	for _, want := range []string{"-fault string", "kill (SIGKILL", "stop (SIGSTOP", "pause (CLIENT PAUSE WRITE", "oom (CONFIG SET maxmemory 1", "readonly (REPLICAOF", "busy (a script spinning", "noperm (ACL SETUSER", "noreplicas (min-replicas-to-write", "wrongpass (requirepass", `(default "kill")`} {
 		if !strings.Contains(help.String(), want) {
 			t.Errorf("help lacks %q:\n%s", want, help.String())
 		}
@@ -70,60 +76,76 @@ func TestFaultFlag(t *testing.T) {
 	}
 }
 
-// TestFaultOOMEndToEnd runs `cluster --fault oom` with short phases:
-// redis-server, four serve instances (the demo binary, built here) and
-// nginx; after 3 s Redis gets maxmemory 1 (every write answers OOM), 3 s
-// later it gets its memory back. The invariants hold as for a kill (no 5xx,
-// heavy clients within bound, gentle never rejected, every instance closed
-// with its log replayed), the instances decided locally while Redis refused
-// writes, and the report says what the fault was.
-func TestFaultOOMEndToEnd(t *testing.T) {
+// TestFaultEndToEnd runs `cluster --fault F` with short phases for each
+// fault that leaves Redis running but answering wrong: redis-server, four
+// serve instances (the demo binary, built here) and nginx; after 3 s the
+// fault is put in place (OOM: maxmemory 1; BUSY: a script spinning;
+// NOPERM: scripts denied by ACL; NOREPLICAS: min-replicas-to-write 1;
+// NOAUTH: the password changed and every client dropped), 3 s later it is
+// lifted. The invariants hold as for a kill (no 5xx, heavy clients within
+// bound, gentle never rejected, every instance closed with its log
+// replayed), the instances decided locally while Redis refused, and the
+// report says what the fault was.
+func TestFaultEndToEnd(t *testing.T) {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "holdfast-demo")
 	if out, err := exec.Command("go", "build", "-o", bin, "..").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	fs, o := FlagSet(io.Discard)
-	report := filepath.Join(dir, "report")
-	if err := fs.Parse([]string{"--fault", "oom", "--normal", "3s", "--outage", "3s", "--after", "4s", "--out", report}); err != nil {
-		t.Fatal(err)
-	}
-	if err := o.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	o.Serve = []string{bin, "serve"}
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	var stdout, stderr bytes.Buffer
-	err := Run(ctx, *o, &stdout, &stderr)
-	out := stdout.String()
-	if err != nil {
-		t.Fatalf("cluster --fault oom: %v\nstdout:\n%s\nstderr:\n%s", err, out, stderr.String())
-	}
-	t.Logf("cluster output:\n%s", out)
-	t.Logf("progress:\n%s", stderr.String())
+	for _, tc := range []struct {
+		fault, backend, legend string
+		progress               []string
+	}{
+		{"oom", "goredis", "every write refused with OOM", []string{"redis-server out of memory (pid ", "redis-server memory restored (CONFIG SET maxmemory 0)"}},
+		{"busy", "rueidis", "refused with BUSY", []string{"redis-server busy (pid ", "redis-server freed (SCRIPT KILL)"}},
+		{"noperm", "goredis", "every script refused with NOPERM", []string{"redis-server scripts denied (pid ", "redis-server scripts allowed"}},
+		{"noreplicas", "rueidis", "every write refused with NOREPLICAS", []string{"redis-server refusing writes (pid ", "redis-server writes allowed"}},
+		{"wrongpass", "rueidis", "reconnects without the password (NOAUTH)", []string{"redis-server password changed (pid ", "redis-server password cleared"}},
+	} {
+		t.Run(tc.fault, func(t *testing.T) {
+			f, _ := faultNamed(tc.fault)
+			fs, o := FlagSet(io.Discard)
+			report := filepath.Join(t.TempDir(), "report")
+			if err := fs.Parse([]string{"--fault", tc.fault, "--backend", tc.backend, "--normal", "3s", "--outage", "3s", "--after", "4s", "--out", report}); err != nil {
+				t.Fatal(err)
+			}
+			if err := o.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			o.Serve = []string{bin, "serve"}
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			var stdout, stderr bytes.Buffer
+			err := Run(ctx, *o, &stdout, &stderr)
+			out := stdout.String()
+			if err != nil {
+				t.Fatalf("cluster --fault %s: %v\nstdout:\n%s\nstderr:\n%s", tc.fault, err, out, stderr.String())
+			}
+			t.Logf("cluster output:\n%s", out)
+			t.Logf("progress:\n%s", stderr.String())
 
-	demotest.CheckShortRun(t, out)
-	for _, want := range []string{"ok   no errors: errors 0, of which 5xx 0",
-		"ok   instances recovered: app1 closed pending_log 0", "invariants held", "every write refused with OOM"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("output lacks %q", want)
-		}
-	}
-	for _, want := range []string{"redis-server out of memory (pid ", "redis-server memory restored (CONFIG SET maxmemory 0)"} {
-		if !strings.Contains(stderr.String(), want) {
-			t.Errorf("progress lacks %q", want)
-		}
-	}
-	// Leases decided while Redis refused writes: the table's local column
-	// is not zero in the outage, and its breakers opened.
-	if !strings.Contains(out, "OOOO") {
-		t.Errorf("no second with every breaker open:\n%s", out)
-	}
-	page, _ := os.ReadFile(filepath.Join(report, HTMLFile))
-	for _, want := range []string{"Redis out of memory at ", "restored at ", "Redis out of memory (OOM)"} {
-		if !strings.Contains(string(page), want) {
-			t.Errorf("report.html lacks %q", want)
-		}
+			demotest.CheckShortRun(t, out)
+			for _, want := range []string{"ok   no errors: errors 0, of which 5xx 0",
+				"ok   instances recovered: app1 closed pending_log 0", "invariants held", tc.legend} {
+				if !strings.Contains(out, want) {
+					t.Errorf("output lacks %q", want)
+				}
+			}
+			for _, want := range tc.progress {
+				if !strings.Contains(stderr.String(), want) {
+					t.Errorf("progress lacks %q", want)
+				}
+			}
+			// Leases decided while Redis refused: its breakers opened.
+			if !strings.Contains(out, "OOOO") {
+				t.Errorf("no second with every breaker open:\n%s", out)
+			}
+			page, _ := os.ReadFile(filepath.Join(report, HTMLFile))
+			for _, want := range []string{f.label, "Redis " + f.on + " at ", f.off + " at "} {
+				if !strings.Contains(string(page), want) {
+					t.Errorf("report.html lacks %q", want)
+				}
+			}
+		})
 	}
 }

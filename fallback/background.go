@@ -197,6 +197,9 @@ func (l *cell) reconcile(ctx context.Context) error {
 		if len(batches) == 0 {
 			break
 		}
+		// The seals are on disk before Redis sees their batches (a
+		// restart replays them under the same ids: counted once).
+		l.jnl.syncNow()
 		errs := l.rec.Reconcile(ctx, l.store, batches)
 		l.log.ack(batches, errs)
 		for _, b := range batches {

@@ -70,3 +70,8 @@ func JournalPending(dir, id string) (int, error) {
 // MarkStarted lets tests decide on l without its background work (no
 // probe, heartbeat or journal flusher); Start may follow.
 func (l *Limiter) MarkStarted() { l.life.CompareAndSwap(0, 3) }
+
+// AbandonJournal stops l's journal as a SIGKILL would, at once: the
+// records not yet flushed are lost, and nothing more is written. l goes
+// on; Crash it after.
+func (l *Limiter) AbandonJournal() { l.cell.jnl.abandon() }

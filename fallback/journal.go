@@ -47,7 +47,9 @@ package fallback
 //
 // Restore (New): the mirror read back gives the sealed batches not yet
 // acknowledged, with their ids (the replay scripts mark batch ids, so a
-// batch Redis applied before the stop is not counted twice); the open grants
+// batch Redis applied before the stop is not counted twice: a replay
+// waits for its seal records to be on disk before it sends, syncNow); the
+// open grants
 // (logged again, sealed under new ids when replayed); the instance count
 // (max(ExpectedInstances, saved)) and clock offset; and each key's known
 // state and lease. A lease is rebuilt from its seed and the grants spent
@@ -160,8 +162,9 @@ type journal struct {
 	ring    []trackedKey // keys new to the lease store, most recent at ring[next-1]
 	next    int
 
-	kick    chan struct{} // flush now (buffer large, outage began)
-	outage  atomic.Bool   // the breaker left Closed: write the known states
+	kick    chan struct{}      // flush now (buffer large, outage began)
+	syncs   chan chan struct{} // flush now and say when it is durable (syncNow)
+	outage  atomic.Bool        // the breaker left Closed: write the known states
 	stop    chan struct{}
 	done    chan struct{}
 	ended   atomic.Bool // closed or abandoned: nothing more is written
@@ -870,7 +873,7 @@ func (l *cell) openJournal() error {
 		keyPrefix: l.o.Prefix, every: l.o.StateFlush, maxKeys: l.o.StateKeys,
 		logger: l.o.Logger, id: l.o.ID, leases: l.leases,
 		counts: func() (int64, int64) { return l.instances.Load(), l.offset.Load() },
-		kick:   make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+		kick:   make(chan struct{}, 1), syncs: make(chan chan struct{}), stop: make(chan struct{}), done: make(chan struct{}),
 		coal: jcoal{off: -1},
 	}
 	st := newJState(l.o.MaxLogGrants)
@@ -982,16 +985,45 @@ func (j *journal) run() {
 	t := time.NewTicker(j.every)
 	defer t.Stop()
 	for {
+		var durable chan struct{}
 		select {
 		case <-j.stop:
 			return
 		case <-t.C:
 		case <-j.kick:
+		case durable = <-j.syncs:
 		}
 		if j.outage.Swap(false) {
 			j.writeKnown()
 		}
 		j.flush(false)
+		if durable != nil {
+			close(durable)
+		}
+	}
+}
+
+// syncNow has the flusher write and fsync what is buffered now, and
+// returns once it has (or once the flusher has stopped). It is the
+// journal's write-ahead point: the reconciler calls it between sealing
+// batches and sending them, so that a batch Redis may have applied is on
+// disk as sealed, under the id Redis marks, before Redis sees it. Without
+// it a crash in the moment between the send and the next flush left the
+// batch's grants on disk as open ones, which a restart sealed under new
+// ids and replayed again: counted twice.
+func (j *journal) syncNow() {
+	if j == nil || !j.running.Load() {
+		return
+	}
+	durable := make(chan struct{})
+	select {
+	case j.syncs <- durable:
+	case <-j.done:
+		return
+	}
+	select {
+	case <-durable:
+	case <-j.done:
 	}
 }
 

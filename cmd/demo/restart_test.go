@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -29,11 +30,34 @@ func TestServeRestartMidOutage(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
-		t.Run(sig.String(), func(t *testing.T) { serveRestart(t, bin, sig) })
+		t.Run(sig.String(), func(t *testing.T) { serveRestart(t, bin, sig, false) })
 	}
+	// The other moment: Redis has just come back, and the instance is
+	// replaying its outage log or waiting at the recovery barrier when it
+	// dies; it comes back with its log from the state dir and replays it
+	// again, its batches counted once.
+	t.Run("SIGKILL_in_recovery", func(t *testing.T) { serveRestart(t, bin, syscall.SIGKILL, true) })
 }
 
-func serveRestart(t *testing.T, bin string, sig syscall.Signal) {
+// breakerOf returns the breaker state /status reports on port, or "".
+func breakerOf(port int) string {
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/status", port))
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Breaker string `json:"breaker"`
+	}
+	if json.NewDecoder(resp.Body).Decode(&st) != nil {
+		return ""
+	}
+	return st.Breaker
+}
+
+// serveRestart runs the test with instance 1 stopped by sig in the outage,
+// or, with inRecovery, once Redis is back and it is seen reconciling.
+func serveRestart(t *testing.T, bin string, sig syscall.Signal, inRecovery bool) {
 	dir := t.TempDir()
 	srv := redistest.Start(t, redistest.WithAOF())
 	cfg := filepath.Join(dir, "policies.yaml")
@@ -122,12 +146,31 @@ func serveRestart(t *testing.T, bin string, sig syscall.Signal) {
 	began := time.Now()
 	time.Sleep(4 * time.Second)
 	srv.Kill()
-	time.Sleep(2 * time.Second)
-	procs[1].Process.Signal(sig)
-	procs[1].Wait()
-	start(1)
-	time.Sleep(3 * time.Second)
-	srv.Restart(t)
+	restart := func() {
+		procs[1].Process.Signal(sig)
+		procs[1].Wait()
+		start(1)
+	}
+	if inRecovery {
+		time.Sleep(5 * time.Second)
+		srv.Restart(t)
+		// Killed as soon as it is seen reconciling (replaying or at the
+		// barrier, which is a second away).
+		state := ""
+		for end := time.Now().Add(5 * time.Second); state != "reconciling" && time.Now().Before(end); {
+			state = breakerOf(ports[1])
+			time.Sleep(5 * time.Millisecond)
+		}
+		if state != "reconciling" {
+			t.Fatalf("instance 1 never seen reconciling after Redis came back (last %q)", state)
+		}
+		restart()
+	} else {
+		time.Sleep(2 * time.Second)
+		restart()
+		time.Sleep(3 * time.Second)
+		srv.Restart(t)
+	}
 	time.Sleep(6 * time.Second)
 	close(stop)
 	<-done

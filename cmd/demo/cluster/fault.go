@@ -101,20 +101,11 @@ func (c *cluster) faultOn(ctx context.Context, victim *redisServer) (lift func()
 	case "pause":
 		// Longer than any outage: CLIENT UNPAUSE ends it (and Redis
 		// itself, if the demo dies first).
-		if err := redisCommand(victim.addr(), "CLIENT", "PAUSE", "3600000", "WRITE"); err != nil {
-			return nil, "", err
-		}
-		return func() (string, error) {
-			return "unpaused (CLIENT UNPAUSE)", redisCommand(victim.addr(), "CLIENT", "UNPAUSE")
-		}, fmt.Sprintf("writes paused (pid %d, CLIENT PAUSE WRITE: PING and reads answered)", pid), nil
+		return commandFault(victim.addr(), []string{"CLIENT", "PAUSE", "3600000", "WRITE"}, []string{"CLIENT", "UNPAUSE"},
+			fmt.Sprintf("writes paused (pid %d, CLIENT PAUSE WRITE: PING and reads answered)", pid), "unpaused (CLIENT UNPAUSE)")
 	case "oom":
-		if err := redisCommand(victim.addr(), "CONFIG", "SET", "maxmemory-policy", "noeviction", "maxmemory", "1"); err != nil {
-			return nil, "", err
-		}
-		return func() (string, error) {
-				return "memory restored (CONFIG SET maxmemory 0)", redisCommand(victim.addr(), "CONFIG", "SET", "maxmemory", "0")
-			},
-			fmt.Sprintf("out of memory (pid %d, CONFIG SET maxmemory 1, maxmemory-policy noeviction)", pid), nil
+		return commandFault(victim.addr(), []string{"CONFIG", "SET", "maxmemory-policy", "noeviction", "maxmemory", "1"}, []string{"CONFIG", "SET", "maxmemory", "0"},
+			fmt.Sprintf("out of memory (pid %d, CONFIG SET maxmemory 1, maxmemory-policy noeviction)", pid), "memory restored (CONFIG SET maxmemory 0)")
 	case "readonly":
 		dead, err := startDeadMaster()
 		if err != nil {
@@ -147,19 +138,11 @@ func (c *cluster) faultOn(ctx context.Context, victim *redisServer) (lift func()
 			return "freed (SCRIPT KILL)", redisCommand(victim.addr(), "CONFIG", "SET", "busy-reply-threshold", "5000")
 		}, fmt.Sprintf("busy (pid %d, a script spinning; busy-reply-threshold 100 ms)", pid), nil
 	case "noperm":
-		if err := redisCommand(victim.addr(), "ACL", "SETUSER", "default", "-@scripting"); err != nil {
-			return nil, "", err
-		}
-		return func() (string, error) {
-			return "scripts allowed (ACL SETUSER default +@all)", redisCommand(victim.addr(), "ACL", "SETUSER", "default", "+@all")
-		}, fmt.Sprintf("scripts denied (pid %d, ACL SETUSER default -@scripting)", pid), nil
+		return commandFault(victim.addr(), []string{"ACL", "SETUSER", "default", "-@scripting"}, []string{"ACL", "SETUSER", "default", "+@all"},
+			fmt.Sprintf("scripts denied (pid %d, ACL SETUSER default -@scripting)", pid), "scripts allowed (ACL SETUSER default +@all)")
 	case "noreplicas":
-		if err := redisCommand(victim.addr(), "CONFIG", "SET", "min-replicas-to-write", "1"); err != nil {
-			return nil, "", err
-		}
-		return func() (string, error) {
-			return "writes allowed (CONFIG SET min-replicas-to-write 0)", redisCommand(victim.addr(), "CONFIG", "SET", "min-replicas-to-write", "0")
-		}, fmt.Sprintf("refusing writes (pid %d, CONFIG SET min-replicas-to-write 1, no replica)", pid), nil
+		return commandFault(victim.addr(), []string{"CONFIG", "SET", "min-replicas-to-write", "1"}, []string{"CONFIG", "SET", "min-replicas-to-write", "0"},
+			fmt.Sprintf("refusing writes (pid %d, CONFIG SET min-replicas-to-write 1, no replica)", pid), "writes allowed (CONFIG SET min-replicas-to-write 0)")
 	case "wrongpass":
 		const pass = "holdfast-demo-rotated"
 		if err := redisCommand(victim.addr(), "CONFIG", "SET", "requirepass", pass); err != nil {
@@ -185,6 +168,15 @@ func (c *cluster) faultOn(ctx context.Context, victim *redisServer) (lift func()
 		}
 		return fmt.Sprintf("restarted (pid %d, same port and AOF)", victim.p.pid()), nil
 	}, fmt.Sprintf("killed (SIGKILL pid %d)", pid), nil
+}
+
+// commandFault puts in place a fault that one command to the Redis at addr
+// makes and another lifts; event and lifted are the progress lines.
+func commandFault(addr string, on, off []string, event, lifted string) (lift func() (string, error), _ string, err error) {
+	if err := redisCommand(addr, on...); err != nil {
+		return nil, "", err
+	}
+	return func() (string, error) { return lifted, redisCommand(addr, off...) }, event, nil
 }
 
 // deadMaster is a loopback port where every connection is accepted and

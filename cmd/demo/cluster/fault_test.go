@@ -104,25 +104,10 @@ func TestFaultEndToEnd(t *testing.T) {
 	} {
 		t.Run(tc.fault, func(t *testing.T) {
 			f, _ := faultNamed(tc.fault)
-			fs, o := FlagSet(io.Discard)
 			report := filepath.Join(t.TempDir(), "report")
-			if err := fs.Parse([]string{"--fault", tc.fault, "--backend", tc.backend, "--normal", "3s", "--outage", "3s", "--after", "4s", "--out", report}); err != nil {
-				t.Fatal(err)
-			}
-			if err := o.Validate(); err != nil {
-				t.Fatal(err)
-			}
-			o.Serve = []string{bin, "serve"}
-			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-			defer cancel()
-			var stdout, stderr bytes.Buffer
-			err := Run(ctx, *o, &stdout, &stderr)
-			out := stdout.String()
-			if err != nil {
-				t.Fatalf("cluster --fault %s: %v\nstdout:\n%s\nstderr:\n%s", tc.fault, err, out, stderr.String())
-			}
+			out, progress := runShort(t, bin, "--fault", tc.fault, "--backend", tc.backend, "--normal", "3s", "--outage", "3s", "--after", "4s", "--out", report)
 			t.Logf("cluster output:\n%s", out)
-			t.Logf("progress:\n%s", stderr.String())
+			t.Logf("progress:\n%s", progress)
 
 			demotest.CheckShortRun(t, out)
 			for _, want := range []string{"ok   no errors: errors 0, of which 5xx 0",
@@ -132,7 +117,7 @@ func TestFaultEndToEnd(t *testing.T) {
 				}
 			}
 			for _, want := range tc.progress {
-				if !strings.Contains(stderr.String(), want) {
+				if !strings.Contains(progress, want) {
 					t.Errorf("progress lacks %q", want)
 				}
 			}
@@ -148,4 +133,29 @@ func TestFaultEndToEnd(t *testing.T) {
 			}
 		})
 	}
+}
+
+// runShort runs the cluster command with args and the serve binary bin,
+// within 90 s, and returns its output and its progress lines; it fails t
+// if the run fails.
+func runShort(t *testing.T, bin string, args ...string) (out, progress string) {
+	t.Helper()
+	fs, o := FlagSet(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	o.Serve = []string{bin, "serve"}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	ran := time.Now()
+	err := Run(ctx, *o, &stdout, &stderr)
+	t.Logf("cluster %v ran %v", args, time.Since(ran).Round(time.Millisecond))
+	if err != nil {
+		t.Fatalf("cluster %v: %v\nstdout:\n%s\nstderr:\n%s", args, err, stdout.String(), stderr.String())
+	}
+	return stdout.String(), stderr.String()
 }

@@ -1,9 +1,6 @@
 package cluster
 
 import (
-	"bytes"
-	"context"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -80,31 +77,13 @@ func TestRedisClusterEndToEnd(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	t.Logf("go build: %v", time.Since(built).Round(time.Millisecond))
-	fs, o := FlagSet(io.Discard)
 	report := filepath.Join(dir, "report")
 	// A generous call deadline: on a busy machine (two cores, other tests
 	// running) a slow call to a healthy master would open its shard's
 	// breaker, and each such spurious outage costs the heavy client up to
 	// a bucket (the replay is conservative). The real outage is a SIGKILL:
 	// its calls fail at once, whatever the deadline.
-	args := []string{"--redis-cluster", "--normal", "3s", "--outage", "3s", "--after", "4s", "--call-timeout", "250ms", "--out", report}
-	if err := fs.Parse(args); err != nil {
-		t.Fatal(err)
-	}
-	if err := o.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	o.Serve = []string{bin, "serve"}
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	var stdout, stderr bytes.Buffer
-	ran := time.Now()
-	err := Run(ctx, *o, &stdout, &stderr)
-	t.Logf("cluster --redis-cluster ran %v", time.Since(ran).Round(time.Millisecond))
-	out := stdout.String()
-	if err != nil {
-		t.Fatalf("cluster: %v\nstdout:\n%s\nstderr:\n%s", err, out, stderr.String())
-	}
+	out, progress := runShort(t, bin, "--redis-cluster", "--normal", "3s", "--outage", "3s", "--after", "4s", "--call-timeout", "250ms", "--out", report)
 	t.Logf("cluster output:\n%s", out)
 
 	demotest.CheckShortRun(t, out)
@@ -118,8 +97,8 @@ func TestRedisClusterEndToEnd(t *testing.T) {
 	if killed == nil {
 		t.Fatalf("no killed-master line")
 	}
-	if !strings.Contains(stderr.String(), "on "+killed[1]+", slots "+killed[2]) {
-		t.Errorf("the killed master %s (slots %s) is not one the run started:\n%s", killed[1], killed[2], stderr.String())
+	if !strings.Contains(progress, "on "+killed[1]+", slots "+killed[2]) {
+		t.Errorf("the killed master %s (slots %s) is not one the run started:\n%s", killed[1], killed[2], progress)
 	}
 	// Per key, the decisions while the master was down.
 	modes := map[string]map[string]int{}
@@ -158,9 +137,9 @@ func TestRedisClusterEndToEnd(t *testing.T) {
 		t.Error("report.html lacks the Redis Cluster section")
 	}
 	// Every process it started is gone.
-	pids := regexp.MustCompile(`pid (\d+)`).FindAllStringSubmatch(stderr.String(), -1)
+	pids := regexp.MustCompile(`pid (\d+)`).FindAllStringSubmatch(progress, -1)
 	if len(pids) < 3+1+1+1 { // three nodes, nginx, the kill and the restart
-		t.Errorf("stderr names %d pids:\n%s", len(pids), stderr.String())
+		t.Errorf("stderr names %d pids:\n%s", len(pids), progress)
 	}
 	for _, p := range pids {
 		if st, err := os.ReadFile("/proc/" + p[1] + "/stat"); err == nil && !strings.Contains(string(st), ") Z ") {

@@ -53,7 +53,8 @@ type Options struct {
 	// then a restart on the same port and AOF), stop (SIGSTOP, then
 	// SIGCONT), pause (CLIENT PAUSE WRITE, then CLIENT UNPAUSE), oom
 	// (maxmemory 1 with noeviction, then maxmemory 0), readonly
-	// (REPLICAOF a port that never answers, then REPLICAOF NO ONE), busy
+	// (REPLICAOF a port that never answers, then REPLICAOF NO ONE),
+	// pauseall (CLIENT PAUSE ALL for the outage's length), busy
 	// (a script spinning, then SCRIPT KILL), noperm (ACL denies scripts),
 	// noreplicas (min-replicas-to-write 1) or wrongpass (requirepass set,
 	// clients killed); "" means kill. With RedisCluster, only kill.
@@ -93,6 +94,7 @@ func FlagSet(out io.Writer) (*flag.FlagSet, *Options) {
 		"pause (CLIENT PAUSE WRITE: scripts held, PING and reads answered; then CLIENT UNPAUSE), "+
 		"oom (CONFIG SET maxmemory 1 with noeviction: writes answer OOM; then maxmemory 0), "+
 		"readonly (REPLICAOF a port that never answers: writes answer READONLY; then REPLICAOF NO ONE), "+
+		"pauseall (CLIENT PAUSE ALL for the outage: every command held, PING too), "+
 		"busy (a script spinning: calls held 100 ms, then BUSY; then SCRIPT KILL), "+
 		"noperm (ACL SETUSER default -@scripting: scripts answer NOPERM; then +@all), "+
 		"noreplicas (min-replicas-to-write 1: writes answer NOREPLICAS; then 0), "+

@@ -40,6 +40,8 @@ var faults = []fault{
 		legend: "redis DOWN: maxmemory 1 with noeviction, every write refused with OOM, until maxmemory is restored"},
 	{name: "readonly", label: "Redis read-only (READONLY)", title: "made a read-only replica and promoted back", on: "made a replica", off: "promoted back",
 		legend: "redis DOWN: redis-server a replica of a dead master, every write refused with READONLY, until REPLICAOF NO ONE"},
+	{name: "pauseall", label: "Redis paused (CLIENT PAUSE ALL)", title: "paused for every command (CLIENT PAUSE ALL) until the pause ran out", on: "paused", off: "pause ran out",
+		legend: "redis DOWN: CLIENT PAUSE ALL for the outage, every command held (PING too; connections accepted), until the pause runs out"},
 	{name: "busy", label: "Redis busy (a script spinning: BUSY)", title: "held by a spinning script (BUSY) and freed", on: "busy", off: "freed",
 		legend: "redis DOWN: a script spinning, every call held 100 ms (busy-reply-threshold) and then refused with BUSY, until SCRIPT KILL"},
 	{name: "noperm", label: "scripts denied (ACL: NOPERM)", title: "denied scripts by ACL (NOPERM) and allowed again", on: "scripts denied", off: "allowed",
@@ -120,6 +122,16 @@ func (c *cluster) faultOn(ctx context.Context, victim *redisServer) (lift func()
 				return "promoted back (REPLICAOF NO ONE)", redisCommand(victim.addr(), "REPLICAOF", "NO", "ONE")
 			},
 			fmt.Sprintf("made a replica of 127.0.0.1:%d, a master that never answers (pid %d, REPLICAOF)", dead.port, pid), nil
+	case "pauseall":
+		// CLIENT UNPAUSE would be held too: the pause is timed to end with
+		// the outage.
+		ms := strconv.FormatInt(c.o.Outage.Milliseconds(), 10)
+		if err := redisCommand(victim.addr(), "CLIENT", "PAUSE", ms, "ALL"); err != nil {
+			return nil, "", err
+		}
+		return func() (string, error) {
+			return "pause ran out (" + ms + " ms)", nil
+		}, fmt.Sprintf("paused (pid %d, CLIENT PAUSE %s ALL: every command held, PING too)", pid, ms), nil
 	case "busy":
 		// Calls are held 100 ms before Redis answers BUSY; the spin ends
 		// with SCRIPT KILL (it writes nothing, so it can be killed).

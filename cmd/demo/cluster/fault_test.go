@@ -15,7 +15,7 @@ import (
 )
 
 // TestFaultFlag: --fault takes kill (the default), stop, pause, oom,
-// readonly, busy, noperm, noreplicas and wrongpass;
+// readonly, pauseall, busy, noperm, noreplicas and wrongpass;
 // anything else, and any fault but kill with --redis-cluster, is refused
 // naming the flag; the help lists the values.
 func TestFaultFlag(t *testing.T) {
@@ -29,6 +29,7 @@ func TestFaultFlag(t *testing.T) {
 		{[]string{"--fault", "pause"}, "pause"},
 		{[]string{"--fault=oom"}, "oom"},
 		{[]string{"--fault", "readonly"}, "readonly"},
+		{[]string{"--fault", "pauseall"}, "pauseall"},
 		{[]string{"--fault", "busy"}, "busy"},
 		{[]string{"--fault", "noperm"}, "noperm"},
 		{[]string{"--fault", "noreplicas"}, "noreplicas"},
@@ -59,7 +60,7 @@ func TestFaultFlag(t *testing.T) {
 	var help bytes.Buffer
 	fs, _ := FlagSet(&help)
 	fs.PrintDefaults()
-	for _, want := range []string{"-fault string", "kill (SIGKILL", "stop (SIGSTOP", "pause (CLIENT PAUSE WRITE", "oom (CONFIG SET maxmemory 1", "readonly (REPLICAOF", "busy (a script spinning", "noperm (ACL SETUSER", "noreplicas (min-replicas-to-write", "wrongpass (requirepass", `(default "kill")`} {
+	for _, want := range []string{"-fault string", "kill (SIGKILL", "stop (SIGSTOP", "pause (CLIENT PAUSE WRITE", "oom (CONFIG SET maxmemory 1", "readonly (REPLICAOF", "pauseall (CLIENT PAUSE ALL", "busy (a script spinning", "noperm (ACL SETUSER", "noreplicas (min-replicas-to-write", "wrongpass (requirepass", `(default "kill")`} {
 		if !strings.Contains(help.String(), want) {
 			t.Errorf("help lacks %q:\n%s", want, help.String())
 		}
@@ -77,9 +78,11 @@ func TestFaultFlag(t *testing.T) {
 }
 
 // TestFaultEndToEnd runs `cluster --fault F` with short phases for each
-// fault that leaves Redis running but answering wrong: redis-server, four
+// fault that leaves Redis running but answering wrong or holding every
+// command: redis-server, four
 // serve instances (the demo binary, built here) and nginx; after 3 s the
-// fault is put in place (OOM: maxmemory 1; BUSY: a script spinning;
+// fault is put in place (OOM: maxmemory 1; CLIENT PAUSE ALL for 3 s;
+// BUSY: a script spinning;
 // NOPERM: scripts denied by ACL; NOREPLICAS: min-replicas-to-write 1;
 // NOAUTH: the password changed and every client dropped), 3 s later it is
 // lifted. The invariants hold as for a kill (no 5xx, heavy clients within
@@ -97,6 +100,7 @@ func TestFaultEndToEnd(t *testing.T) {
 		progress               []string
 	}{
 		{"oom", "goredis", "every write refused with OOM", []string{"redis-server out of memory (pid ", "redis-server memory restored (CONFIG SET maxmemory 0)"}},
+		{"pauseall", "goredis", "every command held (PING too", []string{"redis-server paused (pid ", "redis-server pause ran out (3000 ms)"}},
 		{"busy", "rueidis", "refused with BUSY", []string{"redis-server busy (pid ", "redis-server freed (SCRIPT KILL)"}},
 		{"noperm", "goredis", "every script refused with NOPERM", []string{"redis-server scripts denied (pid ", "redis-server scripts allowed"}},
 		{"noreplicas", "rueidis", "every write refused with NOREPLICAS", []string{"redis-server refusing writes (pid ", "redis-server writes allowed"}},

@@ -49,9 +49,8 @@ package fallback
 // acknowledged, with their ids (the replay scripts mark batch ids, so a
 // batch Redis applied before the stop is not counted twice: a replay
 // waits for its seal records to be on disk before it sends, syncNow); the
-// open grants
-// (logged again, sealed under new ids when replayed); the instance count
-// (max(ExpectedInstances, saved)) and clock offset; and each key's known
+// open grants (logged again, sealed under new ids when replayed); the
+// instance count (max(ExpectedInstances, saved)) and clock offset; and each key's known
 // state and lease. A lease is rebuilt from its seed and the grants spent
 // from it since (keyState.charge, the admitting half of decideLease), so an
 // instance restarted during an outage continues each lease where it stood

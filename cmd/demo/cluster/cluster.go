@@ -49,15 +49,10 @@ type Options struct {
 	// Redis under the fault (killed, by default), load after the fault is
 	// lifted (Redis restarted).
 	Normal, Outage, After time.Duration
-	// Fault is what the outage does to the redis-server: kill (SIGKILL,
-	// then a restart on the same port and AOF), stop (SIGSTOP, then
-	// SIGCONT), pause (CLIENT PAUSE WRITE, then CLIENT UNPAUSE), oom
-	// (maxmemory 1 with noeviction, then maxmemory 0), readonly
-	// (REPLICAOF a port that never answers, then REPLICAOF NO ONE),
-	// pauseall (CLIENT PAUSE ALL for the outage's length), busy
-	// (a script spinning, then SCRIPT KILL), noperm (ACL denies scripts),
-	// noreplicas (min-replicas-to-write 1) or wrongpass (requirepass set,
-	// clients killed); "" means kill. With RedisCluster, only kill.
+	// Fault is what the outage does to the redis-server: the name of one
+	// of faults (fault.go: kill, stop, pause, oom, readonly, pauseall,
+	// busy, noperm, noreplicas, wrongpass); "" means kill. With
+	// RedisCluster, only kill.
 	Fault string
 	// Out is the report directory; "" makes a new one under the temp dir.
 	Out string
@@ -89,17 +84,7 @@ func FlagSet(out io.Writer) (*flag.FlagSet, *Options) {
 		"run a 3-master Redis Cluster (no replicas) instead of one redis-server, and kill only the master of tb heavy's key")
 	fs.DurationVar(&o.Normal, "normal", 10*time.Second, "load with Redis up before the kill")
 	fs.DurationVar(&o.Outage, "outage", 10*time.Second, "how long Redis stays down (the fault lasts)")
-	fs.StringVar(&o.Fault, "fault", "kill", "what the outage does to redis-server: "+
-		"kill (SIGKILL, then restart on the same port and AOF), stop (SIGSTOP, then SIGCONT), "+
-		"pause (CLIENT PAUSE WRITE: scripts held, PING and reads answered; then CLIENT UNPAUSE), "+
-		"oom (CONFIG SET maxmemory 1 with noeviction: writes answer OOM; then maxmemory 0), "+
-		"readonly (REPLICAOF a port that never answers: writes answer READONLY; then REPLICAOF NO ONE), "+
-		"pauseall (CLIENT PAUSE ALL for the outage: every command held, PING too), "+
-		"busy (a script spinning: calls held 100 ms, then BUSY; then SCRIPT KILL), "+
-		"noperm (ACL SETUSER default -@scripting: scripts answer NOPERM; then +@all), "+
-		"noreplicas (min-replicas-to-write 1: writes answer NOREPLICAS; then 0), "+
-		"wrongpass (requirepass set, clients killed: reconnects answer NOAUTH; then requirepass cleared); "+
-		"with --redis-cluster only kill")
+	fs.StringVar(&o.Fault, "fault", "kill", faultUsage())
 	fs.DurationVar(&o.After, "after", 10*time.Second, "load after Redis is back")
 	fs.StringVar(&o.Out, "out", "", "report directory (default: a new holdfast-report-* directory in the temp dir)")
 	fs.Float64Var(&o.HeavyRate, "heavy-rate", 50, "requests per second of the heavy client on each route")

@@ -26,30 +26,52 @@ type fault struct {
 	on, off string
 	// legend says what "DOWN" means in the table.
 	legend string
+	// help says in the flag's usage what the fault does and what lifts
+	// it.
+	help string
 }
 
 // faults are the --fault values, the default first.
 var faults = []fault{
 	{name: "kill", label: "Redis down (SIGKILL)", title: "killed and restarted", on: "killed", off: "restarted",
-		legend: "redis DOWN: redis-server killed (SIGKILL), until restarted on the same port and AOF"},
+		legend: "redis DOWN: redis-server killed (SIGKILL), until restarted on the same port and AOF",
+		help:   "SIGKILL, then restart on the same port and AOF"},
 	{name: "stop", label: "Redis frozen (SIGSTOP)", title: "frozen (SIGSTOP) and resumed", on: "frozen", off: "resumed",
-		legend: "redis DOWN: redis-server frozen (SIGSTOP: connections accepted, nothing answered), until SIGCONT"},
+		legend: "redis DOWN: redis-server frozen (SIGSTOP: connections accepted, nothing answered), until SIGCONT",
+		help:   "SIGSTOP, then SIGCONT"},
 	{name: "pause", label: "Redis writes paused (CLIENT PAUSE WRITE)", title: "paused for writes (CLIENT PAUSE WRITE) and unpaused", on: "paused", off: "unpaused",
-		legend: "redis DOWN: CLIENT PAUSE WRITE, every script held (PING and reads answered), until CLIENT UNPAUSE"},
+		legend: "redis DOWN: CLIENT PAUSE WRITE, every script held (PING and reads answered), until CLIENT UNPAUSE",
+		help:   "CLIENT PAUSE WRITE: scripts held, PING and reads answered; then CLIENT UNPAUSE"},
 	{name: "oom", label: "Redis out of memory (OOM)", title: "out of memory (maxmemory 1) and restored", on: "out of memory", off: "restored",
-		legend: "redis DOWN: maxmemory 1 with noeviction, every write refused with OOM, until maxmemory is restored"},
+		legend: "redis DOWN: maxmemory 1 with noeviction, every write refused with OOM, until maxmemory is restored",
+		help:   "CONFIG SET maxmemory 1 with noeviction: writes answer OOM; then maxmemory 0"},
 	{name: "readonly", label: "Redis read-only (READONLY)", title: "made a read-only replica and promoted back", on: "made a replica", off: "promoted back",
-		legend: "redis DOWN: redis-server a replica of a dead master, every write refused with READONLY, until REPLICAOF NO ONE"},
+		legend: "redis DOWN: redis-server a replica of a dead master, every write refused with READONLY, until REPLICAOF NO ONE",
+		help:   "REPLICAOF a port that never answers: writes answer READONLY; then REPLICAOF NO ONE"},
 	{name: "pauseall", label: "Redis paused (CLIENT PAUSE ALL)", title: "paused for every command (CLIENT PAUSE ALL) until the pause ran out", on: "paused", off: "pause ran out",
-		legend: "redis DOWN: CLIENT PAUSE ALL for the outage, every command held (PING too; connections accepted), until the pause runs out"},
+		legend: "redis DOWN: CLIENT PAUSE ALL for the outage, every command held (PING too; connections accepted), until the pause runs out",
+		help:   "CLIENT PAUSE ALL for the outage: every command held, PING too"},
 	{name: "busy", label: "Redis busy (a script spinning: BUSY)", title: "held by a spinning script (BUSY) and freed", on: "busy", off: "freed",
-		legend: "redis DOWN: a script spinning, every call held 100 ms (busy-reply-threshold) and then refused with BUSY, until SCRIPT KILL"},
+		legend: "redis DOWN: a script spinning, every call held 100 ms (busy-reply-threshold) and then refused with BUSY, until SCRIPT KILL",
+		help:   "a script spinning: calls held 100 ms, then BUSY; then SCRIPT KILL"},
 	{name: "noperm", label: "scripts denied (ACL: NOPERM)", title: "denied scripts by ACL (NOPERM) and allowed again", on: "scripts denied", off: "allowed",
-		legend: "redis DOWN: ACL SETUSER default -@scripting, every script refused with NOPERM (PING answered), until +@all"},
+		legend: "redis DOWN: ACL SETUSER default -@scripting, every script refused with NOPERM (PING answered), until +@all",
+		help:   "ACL SETUSER default -@scripting: scripts answer NOPERM; then +@all"},
 	{name: "noreplicas", label: "writes refused (NOREPLICAS)", title: "refusing writes without replicas (NOREPLICAS) and restored", on: "refusing writes", off: "restored",
-		legend: "redis DOWN: min-replicas-to-write 1 with no replica, every write refused with NOREPLICAS, until it is 0"},
+		legend: "redis DOWN: min-replicas-to-write 1 with no replica, every write refused with NOREPLICAS, until it is 0",
+		help:   "min-replicas-to-write 1: writes answer NOREPLICAS; then 0"},
 	{name: "wrongpass", label: "password changed (WRONGPASS)", title: "password changed, clients dropped (NOAUTH) and restored", on: "password changed", off: "restored",
-		legend: "redis DOWN: requirepass set and every client killed, so each reconnects without the password (NOAUTH), until requirepass is cleared"},
+		legend: "redis DOWN: requirepass set and every client killed, so each reconnects without the password (NOAUTH), until requirepass is cleared",
+		help:   "requirepass set, clients killed: reconnects answer NOAUTH; then requirepass cleared"},
+}
+
+// faultUsage is the --fault flag's usage: each value and what it does.
+func faultUsage() string {
+	var parts []string
+	for _, f := range faults {
+		parts = append(parts, f.name+" ("+f.help+")")
+	}
+	return "what the outage does to redis-server: " + strings.Join(parts, ", ") + "; with --redis-cluster only kill"
 }
 
 // faultNames is the --fault values joined by "|".
@@ -162,9 +184,10 @@ func (c *cluster) faultOn(ctx context.Context, victim *redisServer) (lift func()
 		}
 		// Every connection, this one's too, is dropped; the instances
 		// reconnect without the password.
-		_ = redisCommand(victim.addr(), "AUTH", pass, "CLIENT", "KILL", "TYPE", "normal")
+		auth := []string{"AUTH", pass}
+		_ = redisCommands(victim.addr(), auth, []string{"CLIENT", "KILL", "TYPE", "normal"})
 		return func() (string, error) {
-			return "password cleared (CONFIG SET requirepass \"\")", redisCommand(victim.addr(), "AUTH", pass, "CONFIG", "SET", "requirepass", "")
+			return "password cleared (CONFIG SET requirepass \"\")", redisCommands(victim.addr(), auth, []string{"CONFIG", "SET", "requirepass", ""})
 		}, fmt.Sprintf("password changed (pid %d, CONFIG SET requirepass, CLIENT KILL TYPE normal)", pid), nil
 	}
 	victim.kill()
@@ -226,6 +249,13 @@ func (d *deadMaster) close() {
 // redisCommand sends one command to the Redis at addr over a new
 // connection and returns an error unless it answers +OK.
 func redisCommand(addr string, args ...string) error {
+	return redisCommands(addr, args)
+}
+
+// redisCommands sends cmds in turn on one connection to the Redis at addr
+// (an AUTH first authenticates the others), each answered "+OK" or an
+// integer, and stops at the first that is not.
+func redisCommands(addr string, cmds ...[]string) error {
 	c, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
 		return err
@@ -233,13 +263,12 @@ func redisCommand(addr string, args ...string) error {
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(2 * time.Second))
 	r := bufio.NewReader(c)
-	if len(args) > 2 && args[0] == "AUTH" {
-		if err := redisExchange(c, r, args[:2]); err != nil {
+	for _, args := range cmds {
+		if err := redisExchange(c, r, args); err != nil {
 			return err
 		}
-		args = args[2:]
 	}
-	return redisExchange(c, r, args)
+	return nil
 }
 
 // redisExchange sends one command on c and reads its reply from r: "+OK"

@@ -68,7 +68,7 @@ func TestFaultFlag(t *testing.T) {
 	// Each fault names its moments for the report and the table.
 	for _, f := range faults {
 		r := &Record{Fault: f.name}
-		if r.fault().name != f.name || f.label == "" || f.title == "" || f.on == "" || f.off == "" || f.legend == "" {
+		if r.fault().name != f.name || f.label == "" || f.title == "" || f.on == "" || f.off == "" || f.legend == "" || f.help == "" {
 			t.Errorf("fault %+v", f)
 		}
 	}
@@ -79,16 +79,15 @@ func TestFaultFlag(t *testing.T) {
 
 // TestFaultEndToEnd runs `cluster --fault F` with short phases for each
 // fault that leaves Redis running but answering wrong or holding every
-// command: redis-server, four
-// serve instances (the demo binary, built here) and nginx; after 3 s the
-// fault is put in place (OOM: maxmemory 1; CLIENT PAUSE ALL for 3 s;
-// BUSY: a script spinning;
-// NOPERM: scripts denied by ACL; NOREPLICAS: min-replicas-to-write 1;
-// NOAUTH: the password changed and every client dropped), 3 s later it is
-// lifted. The invariants hold as for a kill (no 5xx, heavy clients within
-// bound, gentle never rejected, every instance closed with its log
-// replayed), the instances decided locally while Redis refused, and the
-// report says what the fault was.
+// command: redis-server, four serve instances (the demo binary, built
+// here) and nginx. After 3 s the fault is put in place (OOM: maxmemory 1;
+// CLIENT PAUSE ALL for 3 s; BUSY: a script spinning; NOPERM: scripts
+// denied by ACL; NOREPLICAS: min-replicas-to-write 1; NOAUTH: the password
+// changed and every client dropped), 3 s later it is lifted. The
+// invariants hold as for a kill (no 5xx, heavy clients within bound,
+// gentle never rejected, every instance closed with its log replayed),
+// the instances decided locally while Redis refused, and the report says
+// what the fault was.
 func TestFaultEndToEnd(t *testing.T) {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "holdfast-demo")

@@ -19,7 +19,7 @@ import (
 // NOPERM, MISCONF) and close the breaker on a Redis that cannot take a
 // single decision.
 func (l *cell) probe(ctx context.Context) error {
-	err := l.heartbeat(ctx)
+	_, err := l.heartbeat(ctx)
 	if err != nil {
 		l.noteFault(err)
 	}
@@ -27,21 +27,29 @@ func (l *cell) probe(ctx context.Context) error {
 }
 
 // heartbeat refreshes this instance's membership and learns the live
-// instance count (never less than 1) and the store's clock.
-func (l *cell) heartbeat(ctx context.Context) error {
+// instance count (never less than 1), the store's clock and its data
+// epoch; lost reports an epoch other than the one read before (Redis lost
+// its data: a restore is due).
+func (l *cell) heartbeat(ctx context.Context) (lost bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, l.breaker.CallTimeout())
 	defer cancel()
 	ttl := strconv.FormatInt(3*l.o.Heartbeat.Microseconds(), 10)
 	raw, err := l.store.Run(ctx, membersScript, []string{l.members}, []string{l.o.ID, ttl})
 	if err != nil {
-		return err
+		return false, err
 	}
 	if len(raw) != 2 || raw[1] <= 0 {
-		return driver.Errorf(core.ErrMalformedReply, "membership reply %v", raw)
+		return false, driver.Errorf(core.ErrMalformedReply, "membership reply %v", raw)
 	}
 	l.setInstances(max(raw[0], 1))
 	l.setOffset(raw[1])
-	return nil
+	if raw, err = l.store.Run(ctx, epochScript, l.epochKey, nil); err != nil {
+		return false, err
+	}
+	if len(raw) != 1 || raw[0] <= 0 {
+		return false, driver.Errorf(core.ErrMalformedReply, "epoch reply %v", raw)
+	}
+	return l.noteEpoch(raw[0]), nil
 }
 
 // setInstances takes a new live instance count. An increase is taken at
@@ -102,8 +110,14 @@ func (l *cell) background(ctx context.Context) {
 			continue
 		}
 		start := l.o.Clock()
-		err := l.heartbeat(ctx)
+		lost, err := l.heartbeat(ctx)
 		switch {
+		case lost:
+			// Decisions through Redis would start from its empty keys:
+			// the breaker opens, and the recovery restores the known
+			// states first.
+			l.breaker.Refused(gen, dataLost)
+			continue
 		case err == nil:
 			l.breaker.Done(gen, nil, l.o.Clock().Sub(start))
 		case core.ClassOf(err) != core.ClassRequest && ctx.Err() == nil:
@@ -153,7 +167,7 @@ func (l *cell) recover(ctx context.Context) error {
 	if err := l.reconcile(ctx); err != nil {
 		return err
 	}
-	_ = l.heartbeat(ctx) // be counted before anyone returns to Redis
+	_, _ = l.heartbeat(ctx) // be counted before anyone returns to Redis (a data loss found here is restored just below)
 	l.confirming.Store(true)
 	// Grants logged between the replay above and the switch are replayed now.
 	if err := l.reconcile(ctx); err != nil {
@@ -185,6 +199,9 @@ func (l *cell) reconcile(ctx context.Context) error {
 	l.reconMu.Lock()
 	defer l.reconMu.Unlock()
 	start := l.o.Clock()
+	if err := l.restoreKnown(ctx); err != nil {
+		return err
+	}
 	if err := l.applyResets(ctx); err != nil {
 		return fmt.Errorf("fallback: reset: %w", err)
 	}
@@ -236,9 +253,12 @@ type Status struct {
 	// LostRefunds counts the refunds that failed in Redis (never sent
 	// again: one may have been applied) or were dropped past the pending
 	// bound: each leaves its charge spent, an under-admission.
-	LostRefunds uint64        `json:"lost_refunds"`
-	Reconciles  uint64        `json:"reconciles"`
-	LastRecon   time.Duration `json:"last_reconcile_ns"`
+	LostRefunds uint64 `json:"lost_refunds"`
+	Reconciles  uint64 `json:"reconciles"`
+	// RestoredKeys counts the known states written back after Redis lost
+	// its data (Options.RestoreKeys), over the Limiter's life.
+	RestoredKeys uint64        `json:"restored_keys"`
+	LastRecon    time.Duration `json:"last_reconcile_ns"`
 	// LastError is the last failed store call (a decision, a probe, a
 	// heartbeat or a replay): nil if none has failed.
 	LastError *ErrorStatus `json:"last_error,omitempty"`
@@ -283,6 +303,7 @@ func (l *cell) status() Status {
 		PendingRefunds: l.refunds.len(),
 		LostRefunds:    l.refunds.lost.Load(),
 		Reconciles:     l.reconciles.Load(),
+		RestoredKeys:   l.restored.Load(),
 		LastRecon:      time.Duration(l.lastRecon.Load()),
 	}
 	if f := l.lastErr.Load(); f != nil {

@@ -967,6 +967,9 @@ func (l *cell) restore(st *jstate, dropped int) jrestored {
 		// policy's quota window (a token bucket refilled; a window and
 		// the one before), at the instance count's share.
 		ttl := leaseTTL(k.p, r.instances)
+		if ks.known.at > 0 {
+			ks.tracked = l.recent.add(skey, k.p) // restored too if Redis lost its data meanwhile
+		}
 		l.leases.Update(skey, func(any, int64) (any, int64) { return &ks, ttl })
 		r.keys++
 	}

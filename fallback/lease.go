@@ -19,6 +19,9 @@ type keyState struct {
 	seed   driver.Seed // known state when the lease began, for reconciliation
 	deny   denial      // the last Redis denial, answered from memory until its retry time
 	live   *liveGrant  // the key's live outage log entry, if any (a coalescing algorithm)
+	// tracked is the key's sequence number in the cell's recent-keys
+	// ring, 0 before it is put in.
+	tracked uint64
 }
 
 // known is the key's state in the last Redis reply, as its algorithm reads

@@ -129,6 +129,18 @@ type Options struct {
 	// the last StateFlush are lost (after a power loss, those and one
 	// fsync's); Close writes everything. 0 means 100ms.
 	StateFlush time.Duration
+	// RestoreKeys bounds the keys whose known state is written back into a
+	// Redis that lost its data while it kept answering (restarted without
+	// persistence, flushed, failed over to a copy without it): the keys
+	// most recently new to this instance, and those in use. The membership
+	// heartbeat finds the loss (its epoch key, which has no TTL, is gone or
+	// new), the breaker opens (ErrDataLost), and the recovery writes each
+	// key's last known state into the keys still missing before any
+	// decision goes through Redis again, so a restart does not hand every
+	// client a fresh quota. A key left out, or one decided through Redis
+	// between the loss and the next heartbeat, starts from what Redis
+	// holds. About 80 bytes a key. 0 means 100000.
+	RestoreKeys int
 	// StateKeys bounds the keys whose known state and lease the journal
 	// keeps: the most recently used (keys with grants not yet replayed are
 	// always kept). A key left out gets a fresh share (policy/N) in an
@@ -205,6 +217,9 @@ type cell struct {
 	// Membership and recovery-barrier keys: "{members}" and "{recovery}",
 	// or, for a shard's cell, keys whose hash tag lies in that shard.
 	members, barrier string
+	// epochKey is the data epoch's key (epoch.lua), in the membership
+	// key's slot.
+	epochKey []string
 	// tag names a shard's cell ("" for the whole store): its keys' hash
 	// tag and its journal's name.
 	tag string
@@ -243,6 +258,14 @@ type cell struct {
 	// jnl is the state dir's journal; nil without StateDir.
 	jnl *journal
 
+	// recent are the keys a restore writes back (restore.go); epoch is
+	// the data epoch the last heartbeat read (0: none yet), and restoreDue
+	// is set when it changed, until a restore succeeds.
+	recent     recentKeys
+	epoch      atomic.Int64
+	restoreDue atomic.Bool
+	restored   atomic.Uint64 // keys restored, over the cell's life
+
 	// resets are the resets not yet applied in Redis (Reset during an
 	// outage).
 	resets pendingResets
@@ -262,6 +285,15 @@ var membersScript = driver.NewScript("members", membersSource, membersLocal)
 func membersLocal(_ any, now int64, _ []string) (any, []int64, int64, error) {
 	return nil, []int64{1, now}, 0, nil
 }
+
+//go:embed epoch.lua
+var epochSource string
+
+// epochScript reads (and makes, when missing) the data epoch; its Go twin,
+// for a store in this process, answers one epoch for the process's life.
+var epochScript = driver.NewScript("epoch", epochSource, func(any, int64, []string) (any, []int64, int64, error) {
+	return nil, []int64{1}, 0, nil
+})
 
 // leaveScript takes an instance out of the membership set.
 var leaveScript = driver.NewScript("members_leave", "return {redis.call('ZREM', KEYS[1], ARGV[1])}",
@@ -320,6 +352,7 @@ func New(store driver.Store, o Options) (*Limiter, error) {
 // its breaker's transitions.
 func newCell(store driver.Store, o Options, tag string, changed func(from, to State)) (*cell, error) {
 	l := &cell{store: store, o: o, tag: tag, changed: changed, flushNow: make(chan struct{}, 1)}
+	l.recent.max = o.RestoreKeys
 	l.members, l.barrier = o.Prefix+"{members}", o.Prefix+"{recovery}"
 	if tag != "" {
 		l.members, l.barrier = o.Prefix+"{"+tag+"}members", o.Prefix+"{"+tag+"}recovery"
@@ -328,6 +361,8 @@ func newCell(store driver.Store, o Options, tag string, changed func(from, to St
 	if o.Service != "" {
 		l.members, l.barrier = l.members+":"+o.Service, l.barrier+":"+o.Service
 	}
+	l.epochKey = []string{l.members + ":epoch"}
+
 	l.instances.Store(int64(o.ExpectedInstances))
 	l.sharedMode = core.ModeRedis
 	if driver.IsLocal(store) {
@@ -406,8 +441,11 @@ func (o *Options) defaults() error {
 	if o.ExpectedInstances < 0 || o.Heartbeat < 0 || o.MaxLogGrants < 0 || o.LeaseBytes < 0 || o.ShrinkAfter < 0 {
 		return fmt.Errorf("%w: negative ExpectedInstances, Heartbeat, MaxLogGrants, LeaseBytes or ShrinkAfter", ErrInvalidOptions)
 	}
-	if o.StateFlush < 0 || o.StateKeys < 0 {
-		return fmt.Errorf("%w: negative StateFlush or StateKeys", ErrInvalidOptions)
+	if o.StateFlush < 0 || o.StateKeys < 0 || o.RestoreKeys < 0 {
+		return fmt.Errorf("%w: negative StateFlush, StateKeys or RestoreKeys", ErrInvalidOptions)
+	}
+	if o.RestoreKeys == 0 {
+		o.RestoreKeys = defaultRestoreKeys
 	}
 	if o.StateFlush == 0 {
 		o.StateFlush = defaultStateFlush
@@ -508,7 +546,7 @@ func (l *Limiter) Start(ctx context.Context) error {
 func (l *cell) start(ctx context.Context) error {
 	ctx, l.cancel = context.WithCancel(ctx)
 	l.closedSince.Store(l.o.Clock().UnixNano())
-	if err := l.heartbeat(ctx); err != nil && core.ClassOf(err) != core.ClassRequest {
+	if _, err := l.heartbeat(ctx); err != nil && core.ClassOf(err) != core.ClassRequest {
 		l.noteFault(err)
 		l.breaker.Trip(err)
 		level, msg := slog.LevelWarn, "holdfast: Redis cannot take decisions at start: limiting locally until it can"
@@ -703,6 +741,9 @@ func (l *cell) observe(skey string, p core.Policy, cost int64, sent time.Time, r
 			if l.jnl != nil {
 				l.jnl.track(skey, p)
 			}
+		}
+		if l.recent.due(ks.tracked) {
+			ks.tracked = l.recent.add(skey, p)
 		}
 		ks.observe(p, cost, rep)
 		ks.remember(p, cost, sent, rep)

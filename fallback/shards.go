@@ -62,6 +62,7 @@ func (s *shardSet) status(st *Status) {
 		st.PendingRefunds += cs.PendingRefunds
 		st.LostRefunds += cs.LostRefunds
 		st.Reconciles += cs.Reconciles
+		st.RestoredKeys += cs.RestoredKeys
 		st.LastRecon = max(st.LastRecon, cs.LastRecon)
 		if e := cs.LastError; e != nil && (st.LastError == nil || e.At.After(st.LastError.At)) {
 			st.LastError = e

@@ -119,7 +119,8 @@ func (m *Metrics) setState(s fallback.State) {
 
 // Watch registers gauges read from status at every scrape: the outage log's
 // pending grants, the live instance count, AllowAll's pending and lost
-// refunds, the reconcile count and the last reconciliation's duration. Only the first call registers; status must be
+// refunds, the reconcile count, the restored known states and the last
+// reconciliation's duration. Only the first call registers; status must be
 // cheap and safe for concurrent use (fallback.Limiter.Status is).
 func (m *Metrics) Watch(status func() fallback.Status) {
 	m.watchOnce.Do(func() {
@@ -144,6 +145,10 @@ func (m *Metrics) Watch(status func() fallback.Status) {
 				Namespace: Namespace, Name: "reconciles_total",
 				Help: "Replays of the outage log into Redis.",
 			}, func() float64 { return float64(status().Reconciles) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Namespace: Namespace, Name: "restored_keys_total",
+				Help: "Known states written back after Redis lost its data (restarted empty, flushed, failed over to a copy without it).",
+			}, func() float64 { return float64(status().RestoredKeys) }),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Namespace: Namespace, Name: "last_reconcile_duration_seconds",
 				Help: "Duration of the last replay of the outage log.",

@@ -151,7 +151,7 @@ func TestDecisionsNeverLabelTheKey(t *testing.T) {
 
 func TestBreakerAndStatus(t *testing.T) {
 	m := metrics.New()
-	st := fallback.Status{PendingLog: 7, Instances: 4, PendingRefunds: 2, LostRefunds: 5, Reconciles: 3, LastRecon: 1500 * time.Millisecond}
+	st := fallback.Status{PendingLog: 7, Instances: 4, PendingRefunds: 2, LostRefunds: 5, Reconciles: 3, RestoredKeys: 6, LastRecon: 1500 * time.Millisecond}
 	m.Watch(func() fallback.Status { return st })
 	m.Watch(func() fallback.Status { return st }) // a second call is a no-op, not a panic
 	m.BreakerChange(fallback.Closed, fallback.Open)
@@ -168,6 +168,7 @@ func TestBreakerAndStatus(t *testing.T) {
 		"holdfast_pending_refunds 2",
 		"holdfast_lost_refunds_total 5",
 		"holdfast_reconciles_total 3",
+		"holdfast_restored_keys_total 6",
 		"holdfast_last_reconcile_duration_seconds 1.5",
 		"go_goroutines",
 	} {

@@ -86,17 +86,23 @@ var _ driver.FreshReplayer = algorithm{}
 
 // FreshWrites is what replay.lua writes into a missing key: one SET of
 // the bucket fed the batch from its seed (or full), with a merge log that
-// starts at now. An earlier now than the script's starts the merge and
+// starts at now; for a batch of no grants (a restore), the seed's bucket
+// alone, or nothing when it is full by now. An earlier now than the script's starts the merge and
 // ends it earlier (a later batch then starts a log of its own, charged
 // against the stored bucket: never less), gives the key a longer TTL,
 // and caps a debt at a full bucket a little sooner.
 func (algorithm) FreshWrites(w []string, b *driver.Batch, o driver.ReplayOptions, now int64) ([]string, bool) {
 	f := feed(b)
-	if f.m == 0 {
-		return w, true
-	}
 	p := b.Policy
 	full := p.Limit() * p.Interval().Microseconds()
+	if f.m == 0 {
+		// A restore: the seed's bucket, unless full again by now.
+		e := b.Seed.At - b.Seed.Value
+		if b.Seed.At <= 0 || e+full <= now {
+			return w, true
+		}
+		return driver.AppendFresh(w, "SET", strconv.FormatInt(e, 10), "PX", strconv.FormatInt(floorDiv(e+full-now, 1000)+1, 10)), true
+	}
 	cur := -full
 	if b.Seed.At > 0 {
 		cur = b.Seed.At - b.Seed.Value

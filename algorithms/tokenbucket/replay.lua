@@ -36,7 +36,7 @@
 --            the instance's last known state of the bucket, used only when
 --            the key is missing (Redis restarted empty, or the key expired
 --            when full: refilling from the seed gives the same full bucket)
--- ARGV[i+2]  m, the number of grants, and ARGV[i+3] x, the latest grant's
+-- ARGV[i+2]  m, the number of grants (0: restore the seed alone), and ARGV[i+3] x, the latest grant's
 --            time (us, Redis clock)
 -- ARGV[i+4]  S and ARGV[i+5] A: the batch fed alone to a bucket whose E is
 --            e leaves it at max(e + S, A) (S = T * the grants' cost; A = the
@@ -52,6 +52,16 @@ local full = shared[2]
 local x = 0 + ARGV[i + 3]
 local m = 0 + ARGV[i + 2]
 if m == 0 then
+  -- A batch of no grants restores its seed (fallback's restore, after
+  -- Redis lost its data): into a missing key, unless the bucket would be
+  -- full again by now; an existing key is left as it is.
+  local at = 0 + ARGV[i + 1]
+  if at > 0 and (fresh or redis.call('EXISTS', key) == 0) then
+    local e = at - ARGV[i]
+    if e + full > now then
+      redis.call('SET', key, string.format('%d', e), 'PX', string.format('%d', math.floor((e + full - now) / 1000) + 1))
+    end
+  end
   return {1, 0, now}
 end
 

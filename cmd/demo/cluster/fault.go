@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -60,6 +62,12 @@ var faults = []fault{
 	{name: "noreplicas", label: "writes refused (NOREPLICAS)", title: "refusing writes without replicas (NOREPLICAS) and restored", on: "refusing writes", off: "restored",
 		legend: "redis DOWN: min-replicas-to-write 1 with no replica, every write refused with NOREPLICAS, until it is 0",
 		help:   "min-replicas-to-write 1: writes answer NOREPLICAS; then 0"},
+	{name: "flush", label: "Redis flushed (FLUSHALL)", title: "flushed (FLUSHALL): every key lost while Redis kept answering", on: "flushed", off: "outage over",
+		legend: "redis DOWN: FLUSHALL at its start, every key lost; Redis answers throughout",
+		help:   "FLUSHALL: every key lost while Redis keeps answering"},
+	{name: "wipe", label: "Redis restarted empty (SIGKILL, AOF removed)", title: "killed and restarted empty", on: "killed", off: "restarted empty",
+		legend: "redis DOWN: killed with SIGKILL, then restarted on the same port with its AOF removed: every key lost",
+		help:   "SIGKILL, then restart on the same port with the AOF removed (empty)"},
 	{name: "wrongpass", label: "password changed (WRONGPASS)", title: "password changed, clients dropped (NOAUTH) and restored", on: "password changed", off: "restored",
 		legend: "redis DOWN: requirepass set and every client killed, so each reconnects without the password (NOAUTH), until requirepass is cleared",
 		help:   "requirepass set, clients killed: reconnects answer NOAUTH; then requirepass cleared"},
@@ -177,6 +185,11 @@ func (c *cluster) faultOn(ctx context.Context, victim *redisServer) (lift func()
 	case "noreplicas":
 		return commandFault(victim.addr(), []string{"CONFIG", "SET", "min-replicas-to-write", "1"}, []string{"CONFIG", "SET", "min-replicas-to-write", "0"},
 			fmt.Sprintf("refusing writes (pid %d, CONFIG SET min-replicas-to-write 1, no replica)", pid), "writes allowed (CONFIG SET min-replicas-to-write 0)")
+	case "flush":
+		if err := redisCommand(victim.addr(), "FLUSHALL"); err != nil {
+			return nil, "", err
+		}
+		return func() (string, error) { return "outage over (nothing to undo)", nil }, fmt.Sprintf("flushed (pid %d, FLUSHALL: every key lost)", pid), nil
 	case "wrongpass":
 		const pass = "holdfast-demo-rotated"
 		if err := redisCommand(victim.addr(), "CONFIG", "SET", "requirepass", pass); err != nil {
@@ -191,7 +204,17 @@ func (c *cluster) faultOn(ctx context.Context, victim *redisServer) (lift func()
 		}, fmt.Sprintf("password changed (pid %d, CONFIG SET requirepass, CLIENT KILL TYPE normal)", pid), nil
 	}
 	victim.kill()
+	wipe := c.o.Fault == "wipe"
 	return func() (string, error) {
+		if wipe {
+			// Its AOF (Redis 7 keeps it in appendonlydir) and any
+			// snapshot: the restart comes back empty.
+			for _, name := range []string{"appendonlydir", "dump.rdb"} {
+				if err := os.RemoveAll(filepath.Join(victim.dir, name)); err != nil {
+					return "", err
+				}
+			}
+		}
 		var err error
 		for range 3 { // the port was free a moment ago; retry a refused start
 			if err = victim.start(ctx); err == nil {
@@ -200,6 +223,9 @@ func (c *cluster) faultOn(ctx context.Context, victim *redisServer) (lift func()
 		}
 		if err != nil {
 			return "", err
+		}
+		if wipe {
+			return fmt.Sprintf("restarted empty (pid %d, same port, AOF removed)", victim.p.pid()), nil
 		}
 		return fmt.Sprintf("restarted (pid %d, same port and AOF)", victim.p.pid()), nil
 	}, fmt.Sprintf("killed (SIGKILL pid %d)", pid), nil

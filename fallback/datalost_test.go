@@ -1,0 +1,149 @@
+package fallback_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/holdfast/holdfast/algorithms/slidingcounter"
+	"github.com/holdfast/holdfast/algorithms/slidingwindow"
+	"github.com/holdfast/holdfast/algorithms/tokenbucket"
+	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/internal/redistest"
+)
+
+// TestDataLossKeepsUsage spends a whole quota through four instances and
+// then makes Redis lose its data while it keeps answering, or across an
+// outage: restarted empty at once (no call fails, no breaker opens),
+// FLUSHALL, or killed for a second of local decisions and restarted
+// empty. Each instance finds the loss at its next heartbeat, opens its
+// breaker and writes back the key's known state before deciding through
+// Redis again: the key is not handed a fresh quota. An instance knows the
+// key as of its own last reply, and the first to restore it wins, so what
+// the instances spent after that reply (at most three requests of the ten
+// here, round-robin over four instances) is the slack. With AOF the data
+// survives the restart: nothing is restored.
+func TestDataLossKeepsUsage(t *testing.T) {
+	const limit, instances = 10, 4
+	tb, _ := tokenbucket.Policy("dl-tb", limit, 0.1)
+	// Windows of an hour, so the run stays within one fixed window of the
+	// counter (see waitWindow).
+	sw, _ := slidingwindow.Policy("dl-sw", limit, time.Hour)
+	sc, _ := slidingcounter.Policy("dl-sc", limit, time.Hour)
+	for _, tc := range []struct {
+		way, backend string
+		p            core.Policy
+	}{
+		{"restart", "goredis", tb}, {"restart", "rueidis", tb},
+		{"restart", "goredis", sw}, {"restart", "rueidis", sw},
+		{"restart", "goredis", sc}, {"restart", "rueidis", sc},
+		{"flushall", "goredis", tb}, {"flushall", "rueidis", sw}, {"flushall", "goredis", sc},
+		{"outage", "rueidis", tb}, {"outage", "goredis", sw}, {"outage", "rueidis", sc},
+		{"aof", "goredis", tb}, {"aof", "rueidis", sw},
+	} {
+		t.Run(fmt.Sprintf("%s/%s/%s", tc.way, tc.backend, tc.p.Algorithm().Name()), func(t *testing.T) {
+			t.Parallel()
+			waitWindow(t, tc.p)
+			var opts []redistest.Option
+			if tc.way == "aof" {
+				opts = append(opts, redistest.WithAOF())
+			}
+			srv := redistest.Start(t, opts...)
+			in := startInstances(t, tc.backend, srv.URL(), instances, "")
+			time.Sleep(300 * time.Millisecond) // every instance has heartbeated: the epoch is known
+			ctx := context.Background()
+			start := time.Now()
+			admitted := 0
+			ask := func(i int) {
+				r, err := in.lims[i%instances].Allow(ctx, tc.p, "client-1")
+				if err != nil {
+					t.Fatalf("request %d: %v", i, err)
+				}
+				if r.Allowed {
+					admitted++
+				}
+			}
+			for i := range limit {
+				ask(i)
+			}
+			if admitted != limit {
+				t.Fatalf("%d of the first %d requests admitted, want all", admitted, limit)
+			}
+			switch tc.way {
+			case "restart", "aof":
+				srv.Kill()
+				srv.Restart(t)
+			case "flushall":
+				srv.Do(t, "FLUSHALL")
+			case "outage":
+				srv.Kill()
+				for i := range limit {
+					ask(i)
+					time.Sleep(100 * time.Millisecond)
+				}
+				srv.Restart(t)
+			}
+			in.waitRestored(t, tc.way != "aof")
+			for i := range 2 * limit {
+				ask(i)
+			}
+			took := time.Since(start)
+			// The token bucket refills meanwhile.
+			refill := int(tokenbucket.Rate(tb) * took.Seconds())
+			if tc.p.Algorithm().Name() != tb.Algorithm().Name() {
+				refill = 0
+			}
+			most := limit + refill
+			if tc.way != "aof" {
+				most += instances - 1
+			}
+			var restored uint64
+			for _, l := range in.lims {
+				restored += l.Status().RestoredKeys
+			}
+			t.Logf("admitted %d in %v (at most %d), %d known states restored", admitted, took.Round(time.Millisecond), most, restored)
+			if admitted > most {
+				t.Errorf("admitted %d, want at most %d: Redis's loss handed out a fresh quota", admitted, most)
+			}
+			if tc.way == "aof" && restored != 0 {
+				t.Errorf("%d known states restored after a restart that kept the data", restored)
+			}
+		})
+	}
+}
+
+// waitRestored waits until every instance's breaker is closed with
+// nothing pending and, when lost, each has restored known states.
+func (in *instances) waitRestored(t *testing.T, lost bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for i, l := range in.lims {
+		for {
+			st := l.Status()
+			if st.Breaker == "closed" && st.PendingLog == 0 && (!lost || st.RestoredKeys > 0) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("instance %d: %+v", i, st)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if !lost {
+		time.Sleep(time.Second) // a heartbeat or more: a false loss would show
+	}
+}
+
+// waitWindow waits, when p's quota window is about to turn (within 30 s),
+// until it has: the test's requests then fall in one fixed window.
+func waitWindow(t *testing.T, p core.Policy) {
+	t.Helper()
+	w := p.Interval()
+	if w < time.Minute {
+		return
+	}
+	if left := w - time.Duration(time.Now().UnixNano())%w; left < 30*time.Second {
+		time.Sleep(left + 100*time.Millisecond)
+	}
+}

@@ -43,13 +43,47 @@ func (l *cell) heartbeat(ctx context.Context) (lost bool, err error) {
 	}
 	l.setInstances(max(raw[0], 1))
 	l.setOffset(raw[1])
-	if raw, err = l.store.Run(ctx, epochScript, l.epochKey, nil); err != nil {
+	return l.readEpoch(ctx)
+}
+
+// epochEvery is how often the data epoch is read between heartbeats while
+// the breaker is closed (or every heartbeat, when that is shorter): a
+// Redis that lost its data while answering is found within it, so the
+// decisions that start from its empty keys meanwhile are few.
+const epochEvery = 100 * time.Millisecond
+
+// readEpoch reads the data epoch; lost reports one other than read before
+// (see noteEpoch). ctx carries the call's deadline.
+func (l *cell) readEpoch(ctx context.Context) (lost bool, err error) {
+	raw, err := l.store.Run(ctx, epochScript, l.epochKey, nil)
+	if err != nil {
 		return false, err
 	}
-	if len(raw) != 1 || raw[0] <= 0 {
+	if len(raw) != 2 || raw[0] <= 0 || raw[1] <= 0 {
 		return false, driver.Errorf(core.ErrMalformedReply, "epoch reply %v", raw)
 	}
-	return l.noteEpoch(raw[0]), nil
+	return l.noteEpoch(raw[0], raw[1]), nil
+}
+
+// checkEpoch reads the data epoch between heartbeats, while the breaker is
+// closed: a loss opens it, as a failed read counts against it.
+func (l *cell) checkEpoch(ctx context.Context) {
+	gen, ok := l.breaker.Allow()
+	if !ok || l.retired.Load() {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, l.breaker.CallTimeout())
+	defer cancel()
+	start := l.o.Clock()
+	lost, err := l.readEpoch(cctx)
+	switch {
+	case lost:
+		l.breaker.Refused(gen, dataLost)
+	case err == nil:
+		l.breaker.Done(gen, nil, l.o.Clock().Sub(start))
+	case core.ClassOf(err) != core.ClassRequest && ctx.Err() == nil:
+		l.storeFailed(gen, err, l.o.Clock().Sub(start))
+	}
 }
 
 // setInstances takes a new live instance count. An increase is taken at
@@ -86,10 +120,18 @@ func (l *cell) setInstances(n int64) {
 // was closing, or a log read back from the state dir).
 func (l *cell) background(ctx context.Context) {
 	tick := l.o.After(l.o.Heartbeat)
+	var epochTick <-chan time.Time
+	if every := min(epochEvery, l.o.Heartbeat); every < l.o.Heartbeat {
+		epochTick = l.o.After(every)
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-epochTick:
+			epochTick = l.o.After(epochEvery)
+			l.checkEpoch(ctx)
+			continue
 		case <-l.flushNow:
 			if gen, ok := l.breaker.Allow(); ok && l.pendingWork() {
 				l.flush(ctx, gen)

@@ -19,13 +19,18 @@ import (
 // FLUSHALL, or killed for a second of local decisions and restarted
 // empty. Each instance finds the loss at its next heartbeat, opens its
 // breaker and writes back the key's known state before deciding through
-// Redis again: the key is not handed a fresh quota. An instance knows the
+// Redis again: the key is not handed a fresh quota (requests decided
+// through Redis before the loss was found are counted on top). An
+// instance knows the
 // key as of its own last reply, and the first to restore it wins, so what
 // the instances spent after that reply (at most three requests of the ten
 // here, round-robin over four instances) is the slack. With AOF the data
 // survives the restart: nothing is restored.
 func TestDataLossKeepsUsage(t *testing.T) {
-	const limit, instances = 10, 4
+	// lag is how many requests go through Redis between a FLUSHALL and
+	// the heartbeat that finds it: the restore charges what was spent
+	// before the loss on top of them.
+	const limit, instances, lag = 10, 4, 2
 	tb, _ := tokenbucket.Policy("dl-tb", limit, 0.1)
 	// Windows of an hour, so the run stays within one fixed window of the
 	// counter (see waitWindow).
@@ -75,7 +80,13 @@ func TestDataLossKeepsUsage(t *testing.T) {
 				srv.Kill()
 				srv.Restart(t)
 			case "flushall":
+				// FLUSHALL, and requests through Redis before any
+				// heartbeat finds the loss: they start from a full quota,
+				// and the restore adds the usage before the loss to it.
 				srv.Do(t, "FLUSHALL")
+				for i := range lag {
+					ask(i)
+				}
 			case "outage":
 				srv.Kill()
 				for i := range limit {
@@ -97,6 +108,9 @@ func TestDataLossKeepsUsage(t *testing.T) {
 			most := limit + refill
 			if tc.way != "aof" {
 				most += instances - 1
+			}
+			if tc.way == "flushall" {
+				most += lag
 			}
 			var restored uint64
 			for _, l := range in.lims {
@@ -145,5 +159,86 @@ func waitWindow(t *testing.T, p core.Policy) {
 	}
 	if left := w - time.Duration(time.Now().UnixNano())%w; left < 30*time.Second {
 		time.Sleep(left + 100*time.Millisecond)
+	}
+}
+
+// TestDataLossAcrossInstanceRestart: an instance with a state dir is
+// stopped during an outage, Redis comes back empty, and the instance is
+// started again. The state dir kept the data epoch with the known states,
+// so the new process finds the loss at its first heartbeat and restores
+// the key, which its clients spent before the outage.
+func TestDataLossAcrossInstanceRestart(t *testing.T) {
+	t.Parallel()
+	p, _ := tokenbucket.Policy("dl-restart", 10, 0.001) // no refill to speak of
+	srv := redistest.Start(t)
+	dir := t.TempDir()
+	first := startInstances(t, "goredis", srv.URL(), 1, dir)
+	ctx := context.Background()
+	for i := range 10 {
+		if r, err := first.lims[0].Allow(ctx, p, "k"); err != nil || !r.Allowed || r.Degraded {
+			t.Fatalf("request %d before the outage: %+v, %v", i, r, err)
+		}
+	}
+	srv.Kill()
+	// Until the breaker opens (the journal then writes the known states).
+	for i := 0; first.lims[0].Status().Breaker != "open"; i++ {
+		if i == 50 {
+			t.Fatalf("breaker not open after 50 requests: %+v", first.lims[0].Status())
+		}
+		if r, err := first.lims[0].Allow(ctx, p, "k"); err != nil || r.Allowed || !r.Degraded {
+			t.Fatalf("during the outage: %+v, %v; want a local denial", r, err)
+		}
+	}
+	time.Sleep(300 * time.Millisecond) // a journal flush
+	if err := first.lims[0].Close(); err != nil {
+		t.Fatal(err)
+	}
+	srv.Restart(t) // empty: no AOF
+	second := startInstances(t, "goredis", srv.URL(), 1, dir)
+	second.waitRestored(t, true)
+	admitted := 0
+	for range 10 {
+		if r, err := second.lims[0].Allow(ctx, p, "k"); err != nil {
+			t.Fatal(err)
+		} else if r.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 0 {
+		t.Errorf("after the restart %d admitted, want 0: the 10 tokens were spent before the outage", admitted)
+	}
+}
+
+// TestRestoreSkipsWrongType: a key that holds another type after the loss
+// (here a string where the sliding window keeps a sorted set) is refused
+// by its restore as a wrong request; the recovery skips it and the
+// breaker closes, instead of retrying the restore forever.
+func TestRestoreSkipsWrongType(t *testing.T) {
+	t.Parallel()
+	p, _ := slidingwindow.Policy("dl-type", 10, time.Hour)
+	srv := redistest.Start(t)
+	in := startInstances(t, "goredis", srv.URL(), 1, "")
+	time.Sleep(300 * time.Millisecond) // the epoch is read
+	ctx := context.Background()
+	for range 3 {
+		if r, err := in.lims[0].Allow(ctx, p, "k"); err != nil || !r.Allowed {
+			t.Fatalf("%+v, %v", r, err)
+		}
+	}
+	srv.Do(t, "FLUSHALL")
+	srv.Do(t, "SET", "hf:{dl-type:k}", "not a window")
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st := in.lims[0].Status()
+		if st.Reconciles > 0 && st.Breaker == "closed" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not recovered from the loss: %+v", st)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if st := in.lims[0].Status(); st.RestoredKeys != 0 {
+		t.Errorf("restored %d keys, want the one key skipped", st.RestoredKeys)
 	}
 }

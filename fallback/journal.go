@@ -150,7 +150,7 @@ type journal struct {
 	maxKeys      int
 	logger       *slog.Logger
 	id           string
-	counts       func() (n, offset int64)
+	counts       func() (n, offset, epoch int64)
 	leases       *memory.Store
 
 	mu   sync.Mutex
@@ -178,6 +178,7 @@ type journal struct {
 	spare       []byte
 	wroteCount  int64
 	wroteOff    int64
+	wroteEpoch  int64
 	broken      bool  // a write failed: the next flush rewrites the file
 	written     int64 // bytes written, appends and snapshots
 	compactions int
@@ -290,10 +291,14 @@ func (e *jenc) header() {
 	e.close(s)
 }
 
-func (e *jenc) count(n, offset int64) {
+// count records the instance count, the clock offset and the data epoch
+// (0: none read yet; a record without it, from an earlier holdfast, reads
+// as 0).
+func (e *jenc) count(n, offset, epoch int64) {
 	s := e.open(recCount)
 	e.v(n)
 	e.v(offset)
+	e.v(epoch)
 	e.close(s)
 }
 
@@ -521,6 +526,7 @@ type jstate struct {
 	resets  map[string]string // pending resets: storage key → marker id
 	count   int64
 	offset  int64
+	epoch   int64
 	counted bool
 	open    int // open grant entries
 	maxOpen int
@@ -605,10 +611,14 @@ func (st *jstate) apply(b []byte) error {
 		st.pols[idx] = p
 	case recCount:
 		n, off := d.v(), d.v()
-		if !d.ok() || n < 1 {
+		var epoch int64
+		if len(d.b) > 0 {
+			epoch = d.v()
+		}
+		if !d.ok() || n < 1 || epoch < 0 {
 			return errBadRec
 		}
-		st.count, st.offset, st.counted = n, off, true
+		st.count, st.offset, st.epoch, st.counted = n, off, epoch, true
 	case recGrant:
 		flags := d.byte1()
 		p, _ := pol()
@@ -814,7 +824,7 @@ func (st *jstate) snapshot(e *jenc) {
 	e.header()
 	st.header = true
 	if st.counted {
-		e.count(st.count, st.offset)
+		e.count(st.count, st.offset, st.epoch)
 	}
 	// Pending resets first: what follows is the keys' state since.
 	for _, skey := range slices.Sorted(maps.Keys(st.resets)) {
@@ -871,7 +881,7 @@ func (l *cell) openJournal() error {
 		path: l.journalPath(), legacy: l.statePath(".outage-log.json"),
 		keyPrefix: l.o.Prefix, every: l.o.StateFlush, maxKeys: l.o.StateKeys,
 		logger: l.o.Logger, id: l.o.ID, leases: l.leases,
-		counts: func() (int64, int64) { return l.instances.Load(), l.offset.Load() },
+		counts: func() (int64, int64, int64) { return l.instances.Load(), l.offset.Load(), l.epoch.Load() },
 		kick:   make(chan struct{}, 1), syncs: make(chan chan struct{}), stop: make(chan struct{}), done: make(chan struct{}),
 		coal: jcoal{off: -1},
 	}
@@ -928,6 +938,9 @@ func (l *cell) restore(st *jstate, dropped int) jrestored {
 	if st.counted {
 		r.instances = max(r.instances, st.count)
 		l.offset.Store(st.offset)
+		// The epoch read before the restart: a Redis that lost its data
+		// meanwhile is found at the first read (see noteEpoch).
+		l.epoch.Store(st.epoch)
 	}
 	l.instances.Store(r.instances)
 	for skey, id := range st.resets {
@@ -1156,12 +1169,12 @@ func (j *journal) writeKnown() {
 // changed) and fsyncs, or rewrites the file when compaction is due (or
 // force).
 func (j *journal) flush(force bool) error {
-	n, off := j.counts()
+	n, off, epoch := j.counts()
 	j.mu.Lock()
-	if n != j.wroteCount || off-j.wroteOff > 1000 || j.wroteOff-off > 1000 {
+	if n != j.wroteCount || off-j.wroteOff > 1000 || j.wroteOff-off > 1000 || epoch != j.wroteEpoch {
 		j.coal.off = -1
-		j.enc.count(n, off)
-		j.wroteCount, j.wroteOff = n, off
+		j.enc.count(n, off, epoch)
+		j.wroteCount, j.wroteOff, j.wroteEpoch = n, off, epoch
 	}
 	compact := force || j.broken || j.size >= max(compactBytes, 4*j.snapSize) ||
 		(j.size > j.snapSize+logEmptySlack && len(j.st.sealed) == 0 && j.st.open == 0)

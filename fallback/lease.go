@@ -22,6 +22,12 @@ type keyState struct {
 	// tracked is the key's sequence number in the cell's recent-keys
 	// ring, 0 before it is put in.
 	tracked uint64
+	// For a restore (rewindKnown): conf is the latest known state that a
+	// read of the data epoch confirmed (Redis still held the data after
+	// it), peak the one of the replies since that left the least, and
+	// knownLeft, confLeft and peakLeft what each reply left.
+	conf, peak                    known
+	knownLeft, confLeft, peakLeft int64
 }
 
 // known is the key's state in the last Redis reply, as its algorithm reads
@@ -39,6 +45,16 @@ func (k *keyState) Size() int64 {
 		s += k.lease.Size()
 	}
 	return s
+}
+
+// track moves the known state to conf once an epoch read at Redis time
+// seen confirmed it, and starts the peak over; observe then takes reply r.
+func (k *keyState) track(seen int64, r driver.Reply) {
+	if k.known.at > 0 && k.known.at <= seen && k.known.at > k.conf.at {
+		k.conf, k.confLeft = k.known, k.knownLeft
+		k.peak = known{}
+	}
+	k.knownLeft = r.Remaining
 }
 
 // observe records a Redis reply to a request of cost units of policy p.

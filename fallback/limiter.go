@@ -132,14 +132,15 @@ type Options struct {
 	// RestoreKeys bounds the keys whose known state is written back into a
 	// Redis that lost its data while it kept answering (restarted without
 	// persistence, flushed, failed over to a copy without it): the keys
-	// most recently new to this instance, and those in use. The membership
-	// heartbeat finds the loss (its epoch key, which has no TTL, is gone or
-	// new), the breaker opens (ErrDataLost), and the recovery writes each
-	// key's last known state into the keys still missing before any
-	// decision goes through Redis again, so a restart does not hand every
-	// client a fresh quota. A key left out, or one decided through Redis
-	// between the loss and the next heartbeat, starts from what Redis
-	// holds. About 80 bytes a key. 0 means 100000.
+	// most recently new to this instance, and those in use. A read of the
+	// data epoch (a key with no TTL) with each heartbeat and every 100 ms
+	// while the breaker is closed finds the loss; the breaker opens
+	// (ErrDataLost), and the recovery writes each key's last state from
+	// before the loss back before any decision goes through Redis again:
+	// into a missing key, or added to what was decided since the loss. So
+	// a restart does not hand every client a fresh quota (see
+	// docs/operations.md for what is left open). About 80 bytes a key.
+	// 0 means 100000.
 	RestoreKeys int
 	// StateKeys bounds the keys whose known state and lease the journal
 	// keeps: the most recently used (keys with grants not yet replayed are
@@ -263,6 +264,9 @@ type cell struct {
 	// is set when it changed, until a restore succeeds.
 	recent     recentKeys
 	epoch      atomic.Int64
+	epochSeen  atomic.Int64 // Redis time of the last heartbeat that read epoch
+	lostSince  atomic.Int64 // Redis time before the last loss: the restore's Since
+	leftClosed atomic.Int64 // Redis time (estimate) when the breaker last left Closed
 	restoreDue atomic.Bool
 	restored   atomic.Uint64 // keys restored, over the cell's life
 
@@ -291,8 +295,8 @@ var epochSource string
 
 // epochScript reads (and makes, when missing) the data epoch; its Go twin,
 // for a store in this process, answers one epoch for the process's life.
-var epochScript = driver.NewScript("epoch", epochSource, func(any, int64, []string) (any, []int64, int64, error) {
-	return nil, []int64{1}, 0, nil
+var epochScript = driver.NewScript("epoch", epochSource, func(_ any, now int64, _ []string) (any, []int64, int64, error) {
+	return nil, []int64{1, now}, 0, nil
 })
 
 // leaveScript takes an instance out of the membership set.
@@ -397,8 +401,11 @@ func newCell(store driver.Store, o Options, tag string, changed func(from, to St
 		if to != Reconciling {
 			l.confirming.Store(false)
 		}
-		if from == Closed && l.jnl != nil {
-			l.jnl.outageBegan() // known states: no reply changes them now
+		if from == Closed {
+			l.leftClosed.Store(l.storeMicros())
+			if l.jnl != nil {
+				l.jnl.outageBegan() // known states: no reply changes them now
+			}
 		}
 		if to == Closed {
 			l.closedSince.Store(l.o.Clock().UnixNano())
@@ -546,7 +553,13 @@ func (l *Limiter) Start(ctx context.Context) error {
 func (l *cell) start(ctx context.Context) error {
 	ctx, l.cancel = context.WithCancel(ctx)
 	l.closedSince.Store(l.o.Clock().UnixNano())
-	if _, err := l.heartbeat(ctx); err != nil && core.ClassOf(err) != core.ClassRequest {
+	lost, err := l.heartbeat(ctx)
+	if lost {
+		// Redis lost its data since the epoch the state dir kept: the
+		// recovery restores the known states read back first.
+		l.breaker.Trip(dataLost)
+	}
+	if err != nil && core.ClassOf(err) != core.ClassRequest {
 		l.noteFault(err)
 		l.breaker.Trip(err)
 		level, msg := slog.LevelWarn, "holdfast: Redis cannot take decisions at start: limiting locally until it can"
@@ -745,7 +758,13 @@ func (l *cell) observe(skey string, p core.Policy, cost int64, sent time.Time, r
 		if l.recent.due(ks.tracked) {
 			ks.tracked = l.recent.add(skey, p)
 		}
-		ks.observe(p, cost, rep)
+		if !l.restoreDue.Load() { // else Redis lost its data: the known state waits for the restore
+			ks.track(l.epochSeen.Load(), rep)
+			ks.observe(p, cost, rep)
+			if ks.peak.at == 0 || rep.Remaining <= ks.peakLeft {
+				ks.peak, ks.peakLeft = ks.known, rep.Remaining
+			}
+		}
 		ks.remember(p, cost, sent, rep)
 		return ks, rep.ResetAfter + int64(time.Second/time.Microsecond)
 	})

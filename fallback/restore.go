@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -13,10 +14,10 @@ import (
 
 // ErrDataLost is the breaker's cause when Redis was found to have lost its
 // data while it kept answering: restarted without persistence, flushed, or
-// failed over to a copy that never had it. The membership heartbeat finds
-// it (its epoch key is gone or new); the breaker opens, and the recovery
-// writes back the known state of every key this instance decided recently
-// (see restoreKnown) before any decision goes through Redis again.
+// failed over to a copy that never had it. A read of the data epoch finds
+// it (its key is gone or new); the breaker opens, and the recovery writes
+// back the known state of every key this instance decided recently (see
+// restoreKnown) before any decision goes through Redis again.
 var ErrDataLost = errors.New("fallback: Redis lost its data (restarted empty, flushed or failed over to a copy without it)")
 
 // dataLost is ErrDataLost as a store failure: Redis answered, and cannot
@@ -77,56 +78,124 @@ func (r *recentKeys) snapshot() []trackedKey {
 	return out
 }
 
-// noteEpoch takes the data epoch the heartbeat read (the Redis time at
+// noteEpoch takes the data epoch read at Redis time now (the Redis time at
 // which the epoch key was made) and reports whether it differs from the
 // one seen before: Redis lost its data since. A restore is then due.
-func (l *cell) noteEpoch(epoch int64) bool {
+func (l *cell) noteEpoch(epoch, now int64) bool {
 	prev := l.epoch.Swap(epoch)
+	seen := l.epochSeen.Swap(now)
 	if prev == 0 || prev == epoch {
 		return false
 	}
+	// The loss came after the last heartbeat that read the old epoch. A
+	// reply after that may come from the Redis that lost its data, but
+	// only while the breaker was closed: found while it is not, every
+	// reply before it opened is taken as from before the loss (the loss
+	// opened it, or no decision went through Redis since).
+	since := seen
+	if l.breaker.State() != Closed {
+		since = max(since, l.leftClosed.Load())
+	}
+	l.lostSince.Store(since)
+	// Due first: from here on replies leave known states alone (observe),
+	// since they come from the Redis that lost the data.
 	l.restoreDue.Store(true)
+	l.rewindKnown(since)
 	l.noteFault(dataLost)
 	l.o.Logger.Warn("holdfast: Redis lost its data; known states will be written back", append([]any{"instance", l.o.ID}, l.attrs...)...)
 	return true
 }
 
+// rewindKnown makes each recent key's known state one from before the loss
+// found now, which came after Redis time since: a reply after since may be
+// from the Redis that lost its data (a key started afresh), so such a key
+// takes, of the last reply an epoch read confirmed and the replies after
+// it, the one that left the least: from before the loss, or from after it
+// and then spending more (a restore's charge then errs high). Leases
+// started from here on (the breaker opens next) and the restore start from
+// it.
+func (l *cell) rewindKnown(since int64) {
+	for _, tk := range l.recent.snapshot() {
+		l.leases.Update(tk.skey, func(prev any, _ int64) (any, int64) {
+			ks, _ := prev.(*keyState)
+			if ks == nil || ks.known.at <= since {
+				return prev, -1
+			}
+			// The reply that left the least of the confirmed one and
+			// those after it.
+			k, left := ks.conf, ks.confLeft
+			if ks.peak.at > 0 && (k.at == 0 || ks.peakLeft <= left) {
+				k = ks.peak
+			}
+			if k.at > 0 {
+				ks.known = k
+			}
+			return prev, -1 // unchanged size
+		})
+	}
+}
+
 // restoreKnown writes back into Redis, when it lost its data, the known state
 // of every key in the recent-keys ring that the lease store still holds:
-// a batch of no grants whose seed is the key's known state, which each
-// algorithm's replay writes into a missing key (and leaves an existing one
-// alone). Keys with grants in the outage log are restored by their own
-// batches as well; a key another instance restored first is left as it
-// is. It runs in the recovery, before the log's batches, while no decision
-// goes through Redis.
+// a batch of no grants whose seed is the key's known state (rewound by
+// rewindKnown), which each algorithm's replay writes into a missing key
+// or adds to what a key decided since the loss holds (driver.Batch.Since).
+// A key another instance restored first after the same loss is left as it
+// is (the shared batch ID). It runs in the recovery, before the log's
+// batches, while no decision goes through Redis. A batch Redis refuses as
+// a wrong request (a key of another type) is skipped and logged; any other
+// failure fails the recovery, which retries every batch (the applied ones
+// are marked).
 func (l *cell) restoreKnown(ctx context.Context) error {
 	if !l.restoreDue.Swap(false) {
 		return nil
 	}
 	keys := l.recent.snapshot()
+	epoch, since := strconv.FormatInt(l.epoch.Load(), 10), l.lostSince.Load()
 	batches := make([]driver.Batch, 0, len(keys))
 	for _, tk := range keys {
 		var seed driver.Seed
 		l.leases.Update(tk.skey, func(prev any, _ int64) (any, int64) {
-			if ks, _ := prev.(*keyState); ks != nil && ks.known.at > 0 {
-				seed = ks.known.seed
+			ks, _ := prev.(*keyState)
+			if ks == nil {
+				return prev, -1
+			}
+			if ks.known.at > 0 {
+				seed = ks.known.seed // rewound by rewindKnown
 			}
 			return prev, -1 // unchanged
 		})
 		if seed.At <= 0 {
 			continue
 		}
-		batches = append(batches, driver.Batch{ID: l.log.nextID(), Key: tk.skey, Policy: tk.p, Seed: seed})
+		// One ID for every instance restoring this key after this loss:
+		// the first applies it, the others find it applied.
+		id := "restore:" + epoch + ":" + tk.skey
+		batches = append(batches, driver.Batch{ID: id, Key: tk.skey, Policy: tk.p, Seed: seed, Since: since})
 	}
 	if len(batches) == 0 {
 		return nil
 	}
 	errs := l.rec.Reconcile(ctx, l.store, batches)
-	if err := errors.Join(errs...); err != nil {
-		l.restoreDue.Store(true) // again, whole: a seed goes only into a missing key
-		return fmt.Errorf("fallback: restore after data loss: %w", err)
+	var failed []error
+	skipped := 0
+	for _, err := range errs {
+		switch {
+		case err == nil:
+		case core.ClassOf(err) == core.ClassRequest:
+			skipped++
+			if skipped == 1 {
+				l.o.Logger.Warn("holdfast restore skipped a key Redis refused", append([]any{"instance", l.o.ID, "err", err.Error()}, l.attrs...)...)
+			}
+		default:
+			failed = append(failed, err)
+		}
 	}
-	l.restored.Add(uint64(len(batches)))
-	l.o.Logger.Info("holdfast restored known states", append([]any{"instance", l.o.ID, "keys", len(batches)}, l.attrs...)...)
+	if len(failed) > 0 {
+		l.restoreDue.Store(true)
+		return fmt.Errorf("fallback: restore after data loss: %w", errors.Join(failed...))
+	}
+	l.restored.Add(uint64(len(batches) - skipped))
+	l.o.Logger.Info("holdfast restored known states", append([]any{"instance", l.o.ID, "keys", len(batches) - skipped, "skipped", skipped}, l.attrs...)...)
 	return nil
 }

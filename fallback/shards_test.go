@@ -29,7 +29,7 @@ func (s *shardedStore) Run(_ context.Context, _ *driver.Script, keys, _ []string
 		s.calls[keys[0]]++
 	}
 	if len(keys) > 0 && strings.HasSuffix(keys[0], ":epoch") {
-		return []int64{1}, nil
+		return []int64{1, time.Now().UnixMicro()}, nil
 	}
 	return []int64{1, time.Now().UnixMicro()}, nil
 }

@@ -20,8 +20,10 @@
 -- ARGV[i]  seed count and ARGV[i+1] seed time (us; 0: no seed): the
 --          instance's last known count (the estimate Redis last reported)
 --          and its time; used only when the key is missing (Redis restarted
---          empty, or the key expired), counted in the window of its time
---          like a grant
+--          empty, or the key expired) or the batch has no grants (n == 2: a
+--          restore after Redis lost its data, driver.Batch.Since, whose key
+--          counts only what was decided since), counted in the window of
+--          its time like a grant
 -- ARGV[i+2], ARGV[i+3], ...  up to ARGV[i+n-1]: pairs of grant time (us,
 --          Redis clock) and cost
 --
@@ -61,7 +63,8 @@ if v then
   elseif sk == k - 1 then
     p = sc
   end
-elseif 0 + ARGV[i + 1] > 0 and 0 + ARGV[i] > 0 then
+end
+if (not v or n == 2) and 0 + ARGV[i + 1] > 0 and 0 + ARGV[i] > 0 then
   count(0 + ARGV[i + 1], 0 + ARGV[i])
 end
 for j = i + 2, i + n - 1, 2 do

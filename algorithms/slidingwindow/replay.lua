@@ -13,8 +13,11 @@
 -- shared[1]  W, the window in microseconds
 -- ARGV[i]  seed count, ARGV[i+1] seed time (us; 0: no seed), ARGV[i+2] seed
 --          member prefix: the instance's last known count in the window and
---          the time of its newest unit; used only when the key is missing and
---          that time is still inside the window (Redis restarted empty)
+--          the time of its newest unit; used only when that time is still
+--          inside the window and the key is missing (Redis restarted empty)
+--          or the batch has no grants (n == 3: a restore after Redis lost
+--          its data, driver.Batch.Since, whose key holds only units added
+--          since: the seed's units are added to them)
 -- ARGV[i+3], ARGV[i+4], ARGV[i+5], ...  up to ARGV[i+n-1]: triples of
 --          grant time (us), cost, id
 --
@@ -41,7 +44,7 @@ if not fresh then
 end
 local z, nz, added, newest = {}, 0, 0, 0
 local seedCount, seedAt = 0 + ARGV[i], 0 + ARGV[i + 1]
-if seedCount > 0 and seedAt > oldest and pttl == -2 then
+if seedCount > 0 and seedAt > oldest and (pttl == -2 or n == 3) then
   local score = string.format('%d', seedAt)
   for u = 1, seedCount do
     if nz >= 1000 then

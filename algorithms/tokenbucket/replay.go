@@ -36,6 +36,9 @@ var (
 func (algorithm) ReplayArgs(args []string, b *driver.Batch, _ driver.ReplayOptions) []string {
 	i64 := func(v int64) string { return strconv.FormatInt(v, 10) }
 	f := feed(b)
+	if f.m == 0 {
+		f.x = b.Since // a restore: see replay.lua
+	}
 	return append(args, i64(b.Seed.Value), i64(b.Seed.At), strconv.Itoa(f.m), i64(f.x), i64(f.s), i64(f.a), f.text)
 }
 

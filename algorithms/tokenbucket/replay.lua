@@ -36,8 +36,9 @@
 --            the instance's last known state of the bucket, used only when
 --            the key is missing (Redis restarted empty, or the key expired
 --            when full: refilling from the seed gives the same full bucket)
--- ARGV[i+2]  m, the number of grants (0: restore the seed alone), and ARGV[i+3] x, the latest grant's
---            time (us, Redis clock)
+-- ARGV[i+2]  m, the number of grants (0: a restore, see below), and
+--            ARGV[i+3] x, the latest grant's time (us, Redis clock; for a
+--            restore, driver.Batch.Since)
 -- ARGV[i+4]  S and ARGV[i+5] A: the batch fed alone to a bucket whose E is
 --            e leaves it at max(e + S, A) (S = T * the grants' cost; A = the
 --            most, over grants k, of at_k - F + T * the cost of grants k
@@ -52,16 +53,62 @@ local full = shared[2]
 local x = 0 + ARGV[i + 3]
 local m = 0 + ARGV[i + 2]
 if m == 0 then
-  -- A batch of no grants restores its seed (fallback's restore, after
-  -- Redis lost its data): into a missing key, unless the bucket would be
-  -- full again by now; an existing key is left as it is.
+  -- A batch of no grants is a restore (driver.Batch.Since), after Redis
+  -- lost its data: x is a Redis time no later than the loss. A missing
+  -- key gets the seed's bucket, unless it would be full again by now. A
+  -- key that exists holds only what was decided since x, from a full
+  -- bucket: the seed's debt against a full bucket at x is added to it.
+  -- (A key made later than x was full later: the charge errs high, by at
+  -- most the refill between x and the loss.)
   local at = 0 + ARGV[i + 1]
-  if at > 0 and (fresh or redis.call('EXISTS', key) == 0) then
-    local e = at - ARGV[i]
-    if e + full > now then
-      redis.call('SET', key, string.format('%d', e), 'PX', string.format('%d', math.floor((e + full - now) / 1000) + 1))
+  if at <= 0 then
+    return {1, 0, now}
+  end
+  local e = at - ARGV[i]
+  local s = false
+  if not fresh then
+    s = redis.pcall('GET', key)
+    if type(s) == 'table' then
+      return {1, 0, now} -- another type: not a bucket this restore can add to
     end
   end
+  local ttl
+  if not s then
+    if e + full <= now then
+      return {1, 0, now}
+    end
+    ttl = math.floor((e + full - now) / 1000) + 1
+  else
+    local add = e + full - x
+    local v, rest = tonumber(s), nil
+    if not v then
+      local ev, r = string.match(s, '^(%-?%d+)|(.*)$')
+      v, rest = tonumber(ev), r
+    end
+    if x <= 0 or add <= 0 or not v then
+      return {1, 0, now}
+    end
+    if v < now - full then
+      v = now - full
+    end
+    e = v + add
+    if e > now + full then
+      e = now + full
+    end
+    ttl = math.floor((e + full - now) / 1000) + 1
+    if rest then
+      -- A recovery's merge log is kept, and lives as long as it did.
+      local pttl = redis.call('PTTL', key)
+      if pttl > ttl then
+        ttl = pttl
+      end
+      e = string.format('%d|', e) .. rest
+    end
+  end
+  if type(e) == 'number' then
+    e = string.format('%d', e)
+  end
+  redis.call('SET', key, e, 'PX', string.format('%d', ttl))
   return {1, 0, now}
 end
 

@@ -139,8 +139,8 @@ type Options struct {
 	// before the loss back before any decision goes through Redis again:
 	// into a missing key, or added to what was decided since the loss. So
 	// a restart does not hand every client a fresh quota (see
-	// docs/operations.md for what is left open). About 80 bytes a key.
-	// 0 means 100000.
+	// docs/operations.md for what is left open). The ring holds each key's
+	// storage key and policy. 0 means 100000.
 	RestoreKeys int
 	// StateKeys bounds the keys whose known state and lease the journal
 	// keeps: the most recently used (keys with grants not yet replayed are
@@ -260,11 +260,11 @@ type cell struct {
 	jnl *journal
 
 	// recent are the keys a restore writes back (restore.go); epoch is
-	// the data epoch the last heartbeat read (0: none yet), and restoreDue
-	// is set when it changed, until a restore succeeds.
+	// the data epoch last read (0: none yet), and restoreDue is set when
+	// it changed, until a restore succeeds.
 	recent     recentKeys
 	epoch      atomic.Int64
-	epochSeen  atomic.Int64 // Redis time of the last heartbeat that read epoch
+	epochSeen  atomic.Int64 // Redis time of the last read of epoch
 	lostSince  atomic.Int64 // Redis time before the last loss: the restore's Since
 	leftClosed atomic.Int64 // Redis time (estimate) when the breaker last left Closed
 	restoreDue atomic.Bool

@@ -76,14 +76,26 @@ func (l *cell) checkEpoch(ctx context.Context) {
 	defer cancel()
 	start := l.o.Clock()
 	lost, err := l.readEpoch(cctx)
+	l.settle(ctx, gen, start, lost, err)
+}
+
+// settle tells the breaker how a background call made in generation gen
+// from start went (a heartbeat, an epoch read), and reports whether Redis
+// is usable: lost (Redis lost its data) opens the breaker, since decisions
+// through Redis would start from its empty keys and the recovery restores
+// the known states first; a failure counts as a failed decision does.
+func (l *cell) settle(ctx context.Context, gen uint64, start time.Time, lost bool, err error) bool {
 	switch {
 	case lost:
 		l.breaker.Refused(gen, dataLost)
+		return false
 	case err == nil:
 		l.breaker.Done(gen, nil, l.o.Clock().Sub(start))
+		return true
 	case core.ClassOf(err) != core.ClassRequest && ctx.Err() == nil:
 		l.storeFailed(gen, err, l.o.Clock().Sub(start))
 	}
+	return false
 }
 
 // setInstances takes a new live instance count. An increase is taken at
@@ -153,19 +165,7 @@ func (l *cell) background(ctx context.Context) {
 		}
 		start := l.o.Clock()
 		lost, err := l.heartbeat(ctx)
-		switch {
-		case lost:
-			// Decisions through Redis would start from its empty keys:
-			// the breaker opens, and the recovery restores the known
-			// states first.
-			l.breaker.Refused(gen, dataLost)
-			continue
-		case err == nil:
-			l.breaker.Done(gen, nil, l.o.Clock().Sub(start))
-		case core.ClassOf(err) != core.ClassRequest && ctx.Err() == nil:
-			l.storeFailed(gen, err, l.o.Clock().Sub(start))
-		}
-		if err == nil && l.pendingWork() {
+		if l.settle(ctx, gen, start, lost, err) && l.pendingWork() {
 			l.flush(ctx, gen)
 		}
 	}

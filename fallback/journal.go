@@ -65,8 +65,9 @@ package fallback
 // as open and replayed twice after a crash: at most one grant per key and
 // seal, an under-admission, never an over-admission.
 //
-// Bounds: known states are tracked for the StateKeys keys most recently new
-// to the lease store, and the snapshot keeps the known states and leases of
+// Bounds: known states are written for the StateKeys keys most recently
+// new to the lease store or in use (the cell's recent-keys ring, which a
+// restore reads too), and the snapshot keeps the known states and leases of
 // the StateKeys most recently used keys (keys with unreplayed grants
 // always). The mirror's open grants are bounded and compacted as the
 // outage log's are (MaxLogGrants). A buffer past 4 MiB is flushed before
@@ -157,9 +158,7 @@ type journal struct {
 	enc  jenc  // the records not yet flushed; CRCs unfilled
 	coal jcoal // the last record, if a token bucket grant may join it
 
-	trackMu sync.Mutex
-	ring    []trackedKey // keys new to the lease store, most recent at ring[next-1]
-	next    int
+	recent *recentKeys // the cell's: whose known states writeKnown writes
 
 	kick    chan struct{}      // flush now (buffer large, outage began)
 	syncs   chan chan struct{} // flush now and say when it is durable (syncNow)
@@ -880,7 +879,7 @@ func (l *cell) openJournal() error {
 	j := &journal{
 		path: l.journalPath(), legacy: l.statePath(".outage-log.json"),
 		keyPrefix: l.o.Prefix, every: l.o.StateFlush, maxKeys: l.o.StateKeys,
-		logger: l.o.Logger, id: l.o.ID, leases: l.leases,
+		logger: l.o.Logger, id: l.o.ID, leases: l.leases, recent: &l.recent,
 		counts: func() (int64, int64, int64) { return l.instances.Load(), l.offset.Load(), l.epoch.Load() },
 		kick:   make(chan struct{}, 1), syncs: make(chan chan struct{}), stop: make(chan struct{}), done: make(chan struct{}),
 		coal: jcoal{off: -1},
@@ -1129,33 +1128,17 @@ func (j *journal) acked(batches []driver.Batch, errs []error) {
 	j.enc.close(s)
 }
 
-// track remembers a key new to the lease store, whose known state the
-// journal writes when the next outage begins. The key's lease lock is held.
-func (j *journal) track(skey string, p core.Policy) {
-	j.trackMu.Lock()
-	if len(j.ring) < j.maxKeys {
-		j.ring = append(j.ring, trackedKey{skey, p})
-	} else {
-		j.ring[j.next%len(j.ring)] = trackedKey{skey, p}
-	}
-	j.next++
-	j.trackMu.Unlock()
-}
-
 // outageBegan has the flusher write the tracked keys' known states now.
 func (j *journal) outageBegan() {
 	j.outage.Store(true)
 	j.kickNow()
 }
 
-// writeKnown records the known state of every tracked key the lease store
-// still holds, each under its key's lock, so it falls in order with the
-// key's grants.
+// writeKnown records the known state of the StateKeys most recent keys
+// that the lease store still holds, each under its key's lock, so it falls
+// in order with the key's grants.
 func (j *journal) writeKnown() {
-	j.trackMu.Lock()
-	keys := slices.Clone(j.ring)
-	j.trackMu.Unlock()
-	for _, tk := range keys {
+	for _, tk := range j.recent.snapshot(j.maxKeys) {
 		j.leases.Update(tk.skey, func(prev any, _ int64) (any, int64) {
 			if ks, _ := prev.(*keyState); ks != nil && ks.known.at > 0 {
 				j.known(tk.p, tk.skey, ks.known)

@@ -47,9 +47,9 @@ func (k *keyState) Size() int64 {
 	return s
 }
 
-// track moves the known state to conf once an epoch read at Redis time
+// confirm moves the known state to conf once an epoch read at Redis time
 // seen confirmed it, and starts the peak over; observe then takes reply r.
-func (k *keyState) track(seen int64, r driver.Reply) {
+func (k *keyState) confirm(seen int64, r driver.Reply) {
 	if k.known.at > 0 && k.known.at <= seen && k.known.at > k.conf.at {
 		k.conf, k.confLeft = k.known, k.knownLeft
 		k.peak = known{}

@@ -357,6 +357,9 @@ func New(store driver.Store, o Options) (*Limiter, error) {
 func newCell(store driver.Store, o Options, tag string, changed func(from, to State)) (*cell, error) {
 	l := &cell{store: store, o: o, tag: tag, changed: changed, flushNow: make(chan struct{}, 1)}
 	l.recent.max = o.RestoreKeys
+	if o.StateDir != "" {
+		l.recent.max = max(l.recent.max, o.StateKeys) // the journal reads it too
+	}
 	l.members, l.barrier = o.Prefix+"{members}", o.Prefix+"{recovery}"
 	if tag != "" {
 		l.members, l.barrier = o.Prefix+"{"+tag+"}members", o.Prefix+"{"+tag+"}recovery"
@@ -751,15 +754,12 @@ func (l *cell) observe(skey string, p core.Policy, cost int64, sent time.Time, r
 		ks, _ := prev.(*keyState)
 		if ks == nil {
 			ks = &keyState{}
-			if l.jnl != nil {
-				l.jnl.track(skey, p)
-			}
 		}
 		if l.recent.due(ks.tracked) {
 			ks.tracked = l.recent.add(skey, p)
 		}
 		if !l.restoreDue.Load() { // else Redis lost its data: the known state waits for the restore
-			ks.track(l.epochSeen.Load(), rep)
+			ks.confirm(l.epochSeen.Load(), rep)
 			ks.observe(p, cost, rep)
 			if ks.peak.at == 0 || rep.Remaining <= ks.peakLeft {
 				ks.peak, ks.peakLeft = ks.known, rep.Remaining

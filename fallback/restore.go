@@ -28,7 +28,8 @@ var dataLost = &core.StoreError{Class: core.ClassUnavailable, Reason: "datalost"
 const defaultRestoreKeys = 100_000
 
 // recentKeys is a ring of the keys whose known states a restore writes
-// back: each key new to the lease store, and a key already in it again
+// back (and the journal writes when an outage begins): each key new to the
+// lease store, and a key already in it again
 // once half the ring has turned since it was last put in, so a key in use
 // stays in the ring while keys used once fall out of it. Its cost on the
 // request path is an atomic load a reply, and a locked append for a key new
@@ -60,13 +61,15 @@ func (r *recentKeys) add(skey string, p core.Policy) uint64 {
 	return n
 }
 
-// snapshot returns the ring's keys, most recent first, each once.
-func (r *recentKeys) snapshot() []trackedKey {
+// snapshot returns up to most of the ring's keys, most recent first, each
+// once.
+func (r *recentKeys) snapshot(most int) []trackedKey {
 	r.mu.Lock()
 	n := r.next.Load()
-	out := make([]trackedKey, 0, len(r.ring))
-	seen := make(map[string]struct{}, len(r.ring))
-	for k := range uint64(len(r.ring)) {
+	most = min(most, len(r.ring))
+	out := make([]trackedKey, 0, most)
+	seen := make(map[string]struct{}, most)
+	for k := uint64(0); k < uint64(len(r.ring)) && len(out) < most; k++ {
 		tk := r.ring[(n-1-k)%uint64(len(r.ring))]
 		if _, dup := seen[tk.skey]; dup {
 			continue
@@ -115,7 +118,7 @@ func (l *cell) noteEpoch(epoch, now int64) bool {
 // started from here on (the breaker opens next) and the restore start from
 // it.
 func (l *cell) rewindKnown(since int64) {
-	for _, tk := range l.recent.snapshot() {
+	for _, tk := range l.recent.snapshot(l.o.RestoreKeys) {
 		l.leases.Update(tk.skey, func(prev any, _ int64) (any, int64) {
 			ks, _ := prev.(*keyState)
 			if ks == nil || ks.known.at <= since {
@@ -150,17 +153,13 @@ func (l *cell) restoreKnown(ctx context.Context) error {
 	if !l.restoreDue.Swap(false) {
 		return nil
 	}
-	keys := l.recent.snapshot()
+	keys := l.recent.snapshot(l.o.RestoreKeys)
 	epoch, since := strconv.FormatInt(l.epoch.Load(), 10), l.lostSince.Load()
 	batches := make([]driver.Batch, 0, len(keys))
 	for _, tk := range keys {
 		var seed driver.Seed
 		l.leases.Update(tk.skey, func(prev any, _ int64) (any, int64) {
-			ks, _ := prev.(*keyState)
-			if ks == nil {
-				return prev, -1
-			}
-			if ks.known.at > 0 {
+			if ks, _ := prev.(*keyState); ks != nil && ks.known.at > 0 {
 				seed = ks.known.seed // rewound by rewindKnown
 			}
 			return prev, -1 // unchanged

@@ -67,23 +67,20 @@ if m == 0 then
   local e = at - ARGV[i]
   local s = false
   if not fresh then
-    s = redis.pcall('GET', key)
-    if type(s) == 'table' then
-      return {1, 0, now} -- another type: not a bucket this restore can add to
-    end
+    s = redis.call('GET', key) -- another type: WRONGTYPE, which the restore skips
   end
-  local ttl
+  local ttl, rest
   if not s then
     if e + full <= now then
       return {1, 0, now}
     end
-    ttl = math.floor((e + full - now) / 1000) + 1
   else
     local add = e + full - x
-    local v, rest = tonumber(s), nil
+    local v = tonumber(s)
     if not v then
-      local ev, r = string.match(s, '^(%-?%d+)|(.*)$')
-      v, rest = tonumber(ev), r
+      local ev
+      ev, rest = string.match(s, '^(%-?%d+)|(.*)$')
+      v = tonumber(ev)
     end
     if x <= 0 or add <= 0 or not v then
       return {1, 0, now}
@@ -95,20 +92,18 @@ if m == 0 then
     if e > now + full then
       e = now + full
     end
-    ttl = math.floor((e + full - now) / 1000) + 1
-    if rest then
-      -- A recovery's merge log is kept, and lives as long as it did.
-      local pttl = redis.call('PTTL', key)
-      if pttl > ttl then
-        ttl = pttl
-      end
-      e = string.format('%d|', e) .. rest
+  end
+  ttl = math.floor((e + full - now) / 1000) + 1
+  local value = string.format('%d', e)
+  if rest then
+    -- A recovery's merge log is kept, and lives as long as it did.
+    value = value .. '|' .. rest
+    local pttl = redis.call('PTTL', key)
+    if pttl > ttl then
+      ttl = pttl
     end
   end
-  if type(e) == 'number' then
-    e = string.format('%d', e)
-  end
-  redis.call('SET', key, e, 'PX', string.format('%d', ttl))
+  redis.call('SET', key, value, 'PX', string.format('%d', ttl))
   return {1, 0, now}
 end
 

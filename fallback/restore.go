@@ -139,7 +139,9 @@ func (l *cell) rewindKnown(since int64) {
 }
 
 // restoreKnown writes back into Redis, when it lost its data, the known state
-// of every key in the recent-keys ring that the lease store still holds:
+// of every key in the recent-keys ring that the lease store still holds and
+// the outage log does not (a logged key's batches carry its seed, as before
+// data losses were found):
 // a batch of no grants whose seed is the key's known state (rewound by
 // rewindKnown), which each algorithm's replay writes into a missing key
 // or adds to what a key decided since the loss holds (driver.Batch.Since).
@@ -154,9 +156,13 @@ func (l *cell) restoreKnown(ctx context.Context) error {
 		return nil
 	}
 	keys := l.recent.snapshot(l.o.RestoreKeys)
+	logged := l.log.logged()
 	epoch, since := strconv.FormatInt(l.epoch.Load(), 10), l.lostSince.Load()
 	batches := make([]driver.Batch, 0, len(keys))
 	for _, tk := range keys {
+		if logged[tk.skey] {
+			continue // its outage-log batches carry the seed
+		}
 		var seed driver.Seed
 		l.leases.Update(tk.skey, func(prev any, _ int64) (any, int64) {
 			if ks, _ := prev.(*keyState); ks != nil && ks.known.at > 0 {

@@ -14,10 +14,9 @@
 -- ARGV[i]  seed count, ARGV[i+1] seed time (us; 0: no seed), ARGV[i+2] seed
 --          member prefix: the instance's last known count in the window and
 --          the time of its newest unit; used only when that time is still
---          inside the window and the key is missing (Redis restarted empty)
---          or the batch has no grants (n == 3: a restore after Redis lost
---          its data, driver.Batch.Since, whose key holds only units added
---          since: the seed's units are added to them)
+--          inside the window and the key is missing (Redis restarted empty,
+--          or a restore after Redis lost its data: a batch of no grants).
+--          A restore does not add to a key that exists.
 -- ARGV[i+3], ARGV[i+4], ARGV[i+5], ...  up to ARGV[i+n-1]: triples of
 --          grant time (us), cost, id
 --
@@ -44,7 +43,7 @@ if not fresh then
 end
 local z, nz, added, newest = {}, 0, 0, 0
 local seedCount, seedAt = 0 + ARGV[i], 0 + ARGV[i + 1]
-if seedCount > 0 and seedAt > oldest and (pttl == -2 or n == 3) then
+if seedCount > 0 and seedAt > oldest and pttl == -2 then
   local score = string.format('%d', seedAt)
   for u = 1, seedCount do
     if nz >= 1000 then

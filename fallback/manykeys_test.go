@@ -26,6 +26,16 @@ import (
 // the run the instances decide through Redis, and what their leases can
 // admit of it (shareUse) for the part they decide locally. No caller sees
 // an error, and every instance goes open, reconciling, closed.
+//
+// Eight workers fill every key within the first half second even on a
+// loaded machine, well before the kill at 1.5 s. With four, a slow run
+// filled the sliding windows only as Redis died (1.25-1.5 s): the
+// windows' known states then had their newest units at the kill, and a
+// lease started from such a state (which holds every unit at its newest
+// time: never more than Redis would admit) admitted nothing for most of a
+// window, which dropped the run to 0.70-0.82 of the ideal at e34e80a and
+// after, against 0.900 when the keys were full earlier. That is the
+// seed's conservatism, which this floor does not model.
 func TestOutageManyKeys(t *testing.T) {
 	tb, _ := tokenbucket.Policy("mtb", 5, 5)
 	sw, _ := slidingwindow.Policy("msw", 10, 2*time.Second)
@@ -44,7 +54,7 @@ func TestOutageManyKeys(t *testing.T) {
 			var ld load
 			per := make([]atomic.Int64, keys)
 			start := time.Now()
-			in.driveKeys(ctx, tc.p, keys, 4, time.Millisecond, &ld, per)
+			in.driveKeys(ctx, tc.p, keys, 8, time.Millisecond, &ld, per)
 			took := time.Since(start)
 			b := bound(tc.p, took)
 			ideal, _ := tc.p.Algorithm().(driver.Quotaer).Bound(tc.p, took)

@@ -3,6 +3,8 @@ package fallback_test
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -243,5 +245,64 @@ func TestRestoreSkipsWrongType(t *testing.T) {
 	}
 	if st := in.lims[0].Status(); st.RestoredKeys != 0 {
 		t.Errorf("restored %d keys, want the one key skipped", st.RestoredKeys)
+	}
+}
+
+// TestRestoreManyKeys: one instance spends the whole bucket of each of
+// 20000 keys through Redis, and Redis restarts empty. The restore writes
+// every key's known state back (none admits again) in calls of many keys
+// each, and leaves one marker hash for the data loss, not one per key.
+func TestRestoreManyKeys(t *testing.T) {
+	const keys = 20_000
+	for _, backend := range []string{"goredis", "rueidis"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			// A bucket of one, refilled once a day: spent for the whole test.
+			p, _ := tokenbucket.Policy("dl-many", 1, 1.0/86400)
+			srv := redistest.Start(t)
+			in := startInstances(t, backend, srv.URL(), 1, "")
+			time.Sleep(300 * time.Millisecond) // the epoch is read
+			l := in.lims[0]
+			spend := func() (admitted, errs int64) {
+				var wg sync.WaitGroup
+				var a, e atomic.Int64
+				for w := range 8 {
+					wg.Go(func() {
+						for k := w; k < keys; k += 8 {
+							r, err := l.Allow(context.Background(), p, fmt.Sprint("c", k))
+							switch {
+							case err != nil:
+								e.Add(1)
+							case r.Allowed:
+								a.Add(1)
+							}
+						}
+					})
+				}
+				wg.Wait()
+				return a.Load(), e.Load()
+			}
+			if a, e := spend(); a != keys || e != 0 {
+				t.Fatalf("admitted %d of %d keys' first request (%d errors), want all", a, keys, e)
+			}
+			srv.Kill()
+			srv.Restart(t)
+			start := time.Now()
+			in.waitRestored(t, true)
+			took := time.Since(start)
+			st := l.Status()
+			markers := srv.Do(t, "EVAL", "return #redis.call('KEYS', ARGV[1])", "0", "*rb:restore*")
+			a, e := spend()
+			t.Logf("%d keys restored in %v (restart to closed), %s marker hashes; then %d of %d admitted, %d errors", st.RestoredKeys, took.Round(time.Millisecond), markers, a, keys, e)
+			if st.RestoredKeys != keys {
+				t.Errorf("restored %d keys, want %d", st.RestoredKeys, keys)
+			}
+			if markers != "1" {
+				t.Errorf("%s marker hashes after one data loss, want 1", markers)
+			}
+			if a != 0 || e != 0 {
+				t.Errorf("after the restore %d of %d spent keys admitted again (%d errors), want 0", a, keys, e)
+			}
+		})
 	}
 }

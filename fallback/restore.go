@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 
 	"github.com/holdfast/holdfast/core"
 	"github.com/holdfast/holdfast/core/driver"
+	"github.com/holdfast/holdfast/reconcile"
 )
 
 // ErrDataLost is the breaker's cause when Redis was found to have lost its
@@ -157,7 +157,7 @@ func (l *cell) restoreKnown(ctx context.Context) error {
 	}
 	keys := l.recent.snapshot(l.o.RestoreKeys)
 	logged := l.log.logged()
-	epoch, since := strconv.FormatInt(l.epoch.Load(), 10), l.lostSince.Load()
+	epoch, since := l.epoch.Load(), l.lostSince.Load()
 	batches := make([]driver.Batch, 0, len(keys))
 	for _, tk := range keys {
 		if logged[tk.skey] {
@@ -175,7 +175,7 @@ func (l *cell) restoreKnown(ctx context.Context) error {
 		}
 		// One ID for every instance restoring this key after this loss:
 		// the first applies it, the others find it applied.
-		id := "restore:" + epoch + ":" + tk.skey
+		id := reconcile.RestoreID(epoch, tk.skey)
 		batches = append(batches, driver.Batch{ID: id, Key: tk.skey, Policy: tk.p, Seed: seed, Since: since})
 	}
 	if len(batches) == 0 {

@@ -461,22 +461,40 @@ func replayer(b *driver.Batch) (driver.Replayer, error) {
 // instance share a marker hash.
 const markerChunk = 4096
 
+// restorePrefix starts the ID of a restore batch (RestoreID).
+const restorePrefix = "restore:"
+
+// RestoreID is the ID of the batch that writes storage key skey's known
+// state back after the data loss that Redis's data epoch epoch names (the
+// fallback layer's restore): every instance restoring that key after that
+// loss uses it, so the first applies it and the others find it applied.
+// The restores of one epoch share a marker hash (per slot on Cluster), so
+// they go up to MultiBatches to a call and leave one hash behind, not one
+// per key.
+func RestoreID(epoch int64, skey string) string {
+	return restorePrefix + strconv.FormatInt(epoch, 10) + "/" + skey
+}
+
 // markerOf returns the hash that marks batch id of storage key key
 // applied, and the batch's field in it. The hash is named after the key's
 // prefix (its text before the first '{', so an ACL key pattern on the
 // prefix covers it), "rb:" and the batch id: an id that ends in ":" and a
 // sequence number (the fallback layer's instance:process:seq) shares its
 // hash with the markerChunk ids of its run of sequence numbers, its
-// field being the number; any other id has a hash of its own. On Redis
-// Cluster the name carries the key's slot as a hash tag (driver.SlotTag),
-// so the hash lives beside the key.
+// field being the number; a RestoreID shares its hash with the restores
+// of its epoch, its field being the key; any other id has a hash of its
+// own. On Redis Cluster the name carries the key's slot as a hash tag
+// (driver.SlotTag), so the hash lives beside the key.
 func markerOf(key, id string, cluster bool) (hash, field string) {
 	prefix := key
 	if i := strings.IndexByte(key, '{'); i >= 0 {
 		prefix = key[:i]
 	}
 	group, field := id, "-"
-	if i := strings.LastIndexByte(id, ':'); i >= 0 {
+	if rest, ok := strings.CutPrefix(id, restorePrefix); ok && strings.IndexByte(rest, '/') > 0 {
+		i := strings.IndexByte(rest, '/')
+		group, field = id[:len(restorePrefix)+i], rest[i+1:]
+	} else if i := strings.LastIndexByte(id, ':'); i >= 0 {
 		if seq, err := strconv.ParseUint(id[i+1:], 10, 64); err == nil {
 			group, field = id[:i+1]+strconv.FormatUint(seq/markerChunk, 10), id[i+1:]
 		}

@@ -523,7 +523,8 @@ func TestScriptIsModelProperty(t *testing.T) {
 }
 
 // TestMarkerOf: one instance's run of sequence numbers shares a hash named
-// under the key's prefix; on Cluster the hash is in the key's slot.
+// under the key's prefix, as do the restores of one data epoch; on Cluster
+// the hash is in the key's slot.
 func TestMarkerOf(t *testing.T) {
 	key := driver.StorageKey("hf:", "tb", "k")
 	for _, tc := range []struct {
@@ -536,6 +537,10 @@ func TestMarkerOf(t *testing.T) {
 		{"x:" + key, "app1:p7:5", false, "x:hf:rb:app1:p7:0", "5"},
 		{key, "batch-1", false, "hf:rb:batch-1", "-"},
 		{key, "app1:p7:5", true, "hf:{" + driver.SlotTag(driver.HashSlot(key)) + "}:rb:app1:p7:0", "5"},
+		// The restores of one data epoch share a hash; the key is the field.
+		{key, reconcile.RestoreID(1700000000123456, key), false, "hf:rb:restore:1700000000123456", key},
+		{key, reconcile.RestoreID(1700000000123456, key), true, "hf:{" + driver.SlotTag(driver.HashSlot(key)) + "}:rb:restore:1700000000123456", key},
+		{key, "restore:x", false, "hf:rb:restore:x", "-"},
 	} {
 		hash, field := reconcile.MarkerOf(tc.key, tc.id, tc.cluster)
 		if hash != tc.hash || field != tc.field {

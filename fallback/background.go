@@ -52,17 +52,22 @@ func (l *cell) heartbeat(ctx context.Context) (lost bool, err error) {
 // decisions that start from its empty keys meanwhile are few.
 const epochEvery = 100 * time.Millisecond
 
-// readEpoch reads the data epoch; lost reports one other than read before
-// (see noteEpoch). ctx carries the call's deadline.
+// readEpoch reads the data epoch and generation; lost reports an epoch
+// other than read before, or a generation gone back (see noteEpoch). ctx
+// carries the call's deadline.
 func (l *cell) readEpoch(ctx context.Context) (lost bool, err error) {
+	if l.epochKey == nil {
+		return false, nil // a store in this process
+	}
+	sent := l.gen.Load()
 	raw, err := l.store.Run(ctx, epochScript, l.epochKey, nil)
 	if err != nil {
 		return false, err
 	}
-	if len(raw) != 2 || raw[0] <= 0 || raw[1] <= 0 {
+	if len(raw) != 3 || raw[0] <= 0 || raw[1] <= 0 || raw[2] <= 0 {
 		return false, driver.Errorf(core.ErrMalformedReply, "epoch reply %v", raw)
 	}
-	return l.noteEpoch(raw[0], raw[1]), nil
+	return l.noteEpoch(raw[0], raw[1], raw[2], sent), nil
 }
 
 // checkEpoch reads the data epoch between heartbeats, while the breaker is

@@ -218,8 +218,9 @@ type cell struct {
 	// Membership and recovery-barrier keys: "{members}" and "{recovery}",
 	// or, for a shard's cell, keys whose hash tag lies in that shard.
 	members, barrier string
-	// epochKey is the data epoch's key (epoch.lua), in the membership
-	// key's slot.
+	// epochKey are the data epoch's and generation's keys (epoch.lua),
+	// in the membership key's slot; nil on a store in this process, which
+	// cannot lose its data while the process lives.
 	epochKey []string
 	// tag names a shard's cell ("" for the whole store): its keys' hash
 	// tag and its journal's name.
@@ -260,14 +261,18 @@ type cell struct {
 	jnl *journal
 
 	// recent are the keys a restore writes back (restore.go); epoch is
-	// the data epoch last read (0: none yet), and restoreDue is set when
-	// it changed, until a restore succeeds.
+	// the data epoch last read (0: none yet) and gen the highest data
+	// generation read; restoreDue is set when the epoch changed or the
+	// generation went back, until a restore succeeds, and restoreAll
+	// when it went back (the restore then covers logged keys too).
 	recent     recentKeys
 	epoch      atomic.Int64
+	gen        atomic.Int64
 	epochSeen  atomic.Int64 // Redis time of the last read of epoch
 	lostSince  atomic.Int64 // Redis time before the last loss: the restore's Since
 	leftClosed atomic.Int64 // Redis time (estimate) when the breaker last left Closed
 	restoreDue atomic.Bool
+	restoreAll atomic.Bool
 	restored   atomic.Uint64 // keys restored, over the cell's life
 
 	// resets are the resets not yet applied in Redis (Reset during an
@@ -293,11 +298,9 @@ func membersLocal(_ any, now int64, _ []string) (any, []int64, int64, error) {
 //go:embed epoch.lua
 var epochSource string
 
-// epochScript reads (and makes, when missing) the data epoch; its Go twin,
-// for a store in this process, answers one epoch for the process's life.
-var epochScript = driver.NewScript("epoch", epochSource, func(_ any, now int64, _ []string) (any, []int64, int64, error) {
-	return nil, []int64{1, now}, 0, nil
-})
+// epochScript reads (and makes, when missing) the data epoch and raises the
+// data generation. It is not run on a store in this process (epochKey).
+var epochScript = driver.NewScript("epoch", epochSource, nil)
 
 // leaveScript takes an instance out of the membership set.
 var leaveScript = driver.NewScript("members_leave", "return {redis.call('ZREM', KEYS[1], ARGV[1])}",
@@ -368,12 +371,13 @@ func newCell(store driver.Store, o Options, tag string, changed func(from, to St
 	if o.Service != "" {
 		l.members, l.barrier = l.members+":"+o.Service, l.barrier+":"+o.Service
 	}
-	l.epochKey = []string{l.members + ":epoch"}
+	l.epochKey = []string{l.members + ":epoch", l.members + ":gen"}
 
 	l.instances.Store(int64(o.ExpectedInstances))
 	l.sharedMode = core.ModeRedis
 	if driver.IsLocal(store) {
 		l.sharedMode = core.ModeLocal // a memory store: nothing is shared
+		l.epochKey = nil
 	}
 	leases, err := memory.New(memory.Options{MaxBytes: o.LeaseBytes, Micros: l.storeMicros})
 	if err != nil {

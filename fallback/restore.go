@@ -82,12 +82,25 @@ func (r *recentKeys) snapshot(most int) []trackedKey {
 }
 
 // noteEpoch takes the data epoch read at Redis time now (the Redis time at
-// which the epoch key was made) and reports whether it differs from the
-// one seen before: Redis lost its data since. A restore is then due.
-func (l *cell) noteEpoch(epoch, now int64) bool {
+// which the epoch key was made) and the data generation gen, read by a
+// call sent when the highest generation read was sent, and reports whether
+// Redis lost its data since the reads before: the epoch differs (Redis
+// lost everything), or gen is no higher than sent (Redis went back to an
+// older copy of its data: every read raises the generation, so the reads
+// before this one were answered by writes it no longer holds). A lower
+// generation found once is the new lineage: reads sent before it was
+// found are not compared with the old one. A restore is then due.
+func (l *cell) noteEpoch(epoch, now, gen, sent int64) bool {
 	prev := l.epoch.Swap(epoch)
 	seen := l.epochSeen.Swap(now)
-	if prev == 0 || prev == epoch {
+	back := prev == epoch && sent > 0 && gen <= sent && l.gen.Load() >= sent
+	if back || prev != epoch {
+		l.gen.Store(gen)
+	} else {
+		for g := l.gen.Load(); gen > g && !l.gen.CompareAndSwap(g, gen); g = l.gen.Load() {
+		}
+	}
+	if prev == 0 || (prev == epoch && !back) {
 		return false
 	}
 	// The loss came after the last heartbeat that read the old epoch. A
@@ -100,12 +113,21 @@ func (l *cell) noteEpoch(epoch, now int64) bool {
 		since = max(since, l.leftClosed.Load())
 	}
 	l.lostSince.Store(since)
+	if back {
+		// The keys hold older states, not none: a logged key's batches
+		// would merge into such a state, so the restore covers them too.
+		l.restoreAll.Store(true)
+	}
 	// Due first: from here on replies leave known states alone (observe),
 	// since they come from the Redis that lost the data.
 	l.restoreDue.Store(true)
 	l.rewindKnown(since)
 	l.noteFault(dataLost)
-	l.o.Logger.Warn("holdfast: Redis lost its data; known states will be written back", append([]any{"instance", l.o.ID}, l.attrs...)...)
+	msg := "holdfast: Redis lost its data; known states will be written back"
+	if back {
+		msg = "holdfast: Redis went back to an older copy of its data; known states will be written back"
+	}
+	l.o.Logger.Warn(msg, append([]any{"instance", l.o.ID}, l.attrs...)...)
 	return true
 }
 
@@ -140,8 +162,9 @@ func (l *cell) rewindKnown(since int64) {
 
 // restoreKnown writes back into Redis, when it lost its data, the known state
 // of every key in the recent-keys ring that the lease store still holds and
-// the outage log does not (a logged key's batches carry its seed, as before
-// data losses were found):
+// the outage log does not (a logged key's batches carry its seed into a
+// missing key, as before data losses were found; when Redis went back to an
+// older copy, its keys are not missing, and logged keys are restored too):
 // a batch of no grants whose seed is the key's known state (rewound by
 // rewindKnown), which each algorithm's replay writes into a missing key
 // or adds to what a key decided since the loss holds (driver.Batch.Since).
@@ -156,12 +179,16 @@ func (l *cell) restoreKnown(ctx context.Context) error {
 		return nil
 	}
 	keys := l.recent.snapshot(l.o.RestoreKeys)
-	logged := l.log.logged()
+	all := l.restoreAll.Load()
+	logged := map[string]bool(nil)
+	if !all {
+		logged = l.log.logged()
+	}
 	epoch, since := l.epoch.Load(), l.lostSince.Load()
 	batches := make([]driver.Batch, 0, len(keys))
 	for _, tk := range keys {
 		if logged[tk.skey] {
-			continue // its outage-log batches carry the seed
+			continue // its outage-log batches carry the seed (into a missing key)
 		}
 		var seed driver.Seed
 		l.leases.Update(tk.skey, func(prev any, _ int64) (any, int64) {
@@ -179,6 +206,7 @@ func (l *cell) restoreKnown(ctx context.Context) error {
 		batches = append(batches, driver.Batch{ID: id, Key: tk.skey, Policy: tk.p, Seed: seed, Since: since})
 	}
 	if len(batches) == 0 {
+		l.restoreAll.CompareAndSwap(all, false)
 		return nil
 	}
 	errs := l.rec.Reconcile(ctx, l.store, batches)
@@ -200,6 +228,7 @@ func (l *cell) restoreKnown(ctx context.Context) error {
 		l.restoreDue.Store(true)
 		return fmt.Errorf("fallback: restore after data loss: %w", errors.Join(failed...))
 	}
+	l.restoreAll.CompareAndSwap(all, false)
 	l.restored.Add(uint64(len(batches) - skipped))
 	l.o.Logger.Info("holdfast restored known states", append([]any{"instance", l.o.ID, "keys", len(batches) - skipped, "skipped", skipped}, l.attrs...)...)
 	return nil

@@ -15,8 +15,11 @@
 --          member prefix: the instance's last known count in the window and
 --          the time of its newest unit; used only when that time is still
 --          inside the window and the key is missing (Redis restarted empty,
---          or a restore after Redis lost its data: a batch of no grants).
---          A restore does not add to a key that exists.
+--          or a restore after Redis lost its data: a batch of no grants),
+--          or, for a restore, to top a key that exists up to the seed's
+--          count (Redis went back to an older copy of the key, or the key
+--          was decided afresh since the loss): the units it lacks are
+--          added at the seed's time.
 -- ARGV[i+3], ARGV[i+4], ARGV[i+5], ...  up to ARGV[i+n-1]: triples of
 --          grant time (us), cost, id
 --
@@ -43,7 +46,16 @@ if not fresh then
 end
 local z, nz, added, newest = {}, 0, 0, 0
 local seedCount, seedAt = 0 + ARGV[i], 0 + ARGV[i + 1]
-if seedCount > 0 and seedAt > oldest and pttl == -2 then
+if seedCount > 0 and seedAt > oldest and pttl ~= -2 then
+  seedCount = 0
+  if n == 3 then
+    -- A restore into a key that exists: only the units it lacks. Units
+    -- already out of the window are trimmed first, as a decision would.
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', oldest))
+    seedCount = ARGV[i] - redis.call('ZCARD', key)
+  end
+end
+if seedCount > 0 and seedAt > oldest then
   local score = string.format('%d', seedAt)
   for u = 1, seedCount do
     if nz >= 1000 then

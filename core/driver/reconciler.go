@@ -43,10 +43,12 @@ type Batch struct {
 	// Since is set on a restore: a batch of no grants that writes the
 	// seed back after Redis lost its data. It is a Redis time no later
 	// than the loss, so a key that exists holds only what was decided
-	// from then on: the replay adds the seed's usage to it (the token
-	// bucket and the sliding window counter; the sliding window leaves it)
-	// and a missing key gets the seed. Batches of several instances restoring one key after
-	// one loss share their ID, so the first applies and the others are
+	// from then on, or (Redis went back to an older copy) an older state:
+	// the replay adds the seed's usage to it (the token bucket and the
+	// sliding window counter: errs high for an older state), or tops it
+	// up to the seed's count (the sliding window); a missing key gets the
+	// seed. Batches of several instances restoring one key after one loss
+	// share their ID, so the first applies and the others are
 	// acknowledged as applied before.
 	Since int64
 }

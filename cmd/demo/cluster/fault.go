@@ -68,6 +68,9 @@ var faults = []fault{
 	{name: "wipe", label: "Redis restarted empty (SIGKILL, AOF removed)", title: "killed and restarted empty", on: "killed", off: "restarted empty",
 		legend: "redis DOWN: killed with SIGKILL, then restarted on the same port with its AOF removed: every key lost",
 		help:   "SIGKILL, then restart on the same port with the AOF removed (empty)"},
+	{name: "stale", label: "Redis back on an older copy (AOF stopped)", title: "AOF stopped, then killed and restarted from it", on: "AOF stopped", off: "restarted from the old AOF",
+		legend: "redis DOWN: AOF stopped at its start (CONFIG SET appendonly no), Redis answers throughout; at its end SIGKILL and a restart from that AOF: every write since lost",
+		help:   "CONFIG SET appendonly no, then at the outage's end SIGKILL and a restart from the AOF as it stood (an older copy of the data)"},
 	{name: "wrongpass", label: "password changed (WRONGPASS)", title: "password changed, clients dropped (NOAUTH) and restored", on: "password changed", off: "restored",
 		legend: "redis DOWN: requirepass set and every client killed, so each reconnects without the password (NOAUTH), until requirepass is cleared",
 		help:   "requirepass set, clients killed: reconnects answer NOAUTH; then requirepass cleared"},
@@ -190,6 +193,26 @@ func (c *cluster) faultOn(ctx context.Context, victim *redisServer) (lift func()
 			return nil, "", err
 		}
 		return func() (string, error) { return "outage over (nothing to undo)", nil }, fmt.Sprintf("flushed (pid %d, FLUSHALL: every key lost)", pid), nil
+	case "stale":
+		// The AOF keeps the data as it stands now, and nothing after: the
+		// restart loads it, as Redis restarted from an old snapshot or a
+		// lagging AOF does.
+		if err := redisCommand(victim.addr(), "CONFIG", "SET", "appendonly", "no"); err != nil {
+			return nil, "", err
+		}
+		return func() (string, error) {
+			victim.kill()
+			var err error
+			for range 3 { // the port was free a moment ago; retry a refused start
+				if err = victim.start(ctx); err == nil {
+					break
+				}
+			}
+			if err != nil {
+				return "", err
+			}
+			return fmt.Sprintf("restarted from the old AOF (pid %d, same port: the writes since it stopped lost)", victim.p.pid()), nil
+		}, fmt.Sprintf("AOF stopped (pid %d, CONFIG SET appendonly no; Redis answers on)", pid), nil
 	case "wrongpass":
 		const pass = "holdfast-demo-rotated"
 		if err := redisCommand(victim.addr(), "CONFIG", "SET", "requirepass", pass); err != nil {

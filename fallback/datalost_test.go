@@ -182,49 +182,58 @@ func waitWindow(t *testing.T, p core.Policy) {
 }
 
 // TestDataLossAcrossInstanceRestart: an instance with a state dir is
-// stopped during an outage, Redis comes back empty, and the instance is
-// started again. The state dir kept the data epoch with the known states,
-// so the new process finds the loss at its first heartbeat and restores
-// the key, which its clients spent before the outage.
+// stopped during an outage, Redis comes back empty (or from an RDB
+// snapshot saved when half the quota was spent), and the instance is
+// started again. The state dir kept the data epoch and generation with the
+// known states, so the new process finds the loss at its first read of
+// them and restores the key, which its clients spent before the outage.
 func TestDataLossAcrossInstanceRestart(t *testing.T) {
-	t.Parallel()
-	p, _ := tokenbucket.Policy("dl-restart", 10, 0.001) // no refill to speak of
-	srv := redistest.Start(t)
-	dir := t.TempDir()
-	first := startInstances(t, "goredis", srv.URL(), 1, dir)
-	ctx := context.Background()
-	for i := range 10 {
-		if r, err := first.lims[0].Allow(ctx, p, "k"); err != nil || !r.Allowed || r.Degraded {
-			t.Fatalf("request %d before the outage: %+v, %v", i, r, err)
-		}
-	}
-	srv.Kill()
-	// Until the breaker opens (the journal then writes the known states).
-	for i := 0; first.lims[0].Status().Breaker != "open"; i++ {
-		if i == 50 {
-			t.Fatalf("breaker not open after 50 requests: %+v", first.lims[0].Status())
-		}
-		if r, err := first.lims[0].Allow(ctx, p, "k"); err != nil || r.Allowed || !r.Degraded {
-			t.Fatalf("during the outage: %+v, %v; want a local denial", r, err)
-		}
-	}
-	time.Sleep(300 * time.Millisecond) // a journal flush
-	if err := first.lims[0].Close(); err != nil {
-		t.Fatal(err)
-	}
-	srv.Restart(t) // empty: no AOF
-	second := startInstances(t, "goredis", srv.URL(), 1, dir)
-	second.waitRestored(t, true)
-	admitted := 0
-	for range 10 {
-		if r, err := second.lims[0].Allow(ctx, p, "k"); err != nil {
-			t.Fatal(err)
-		} else if r.Allowed {
-			admitted++
-		}
-	}
-	if admitted != 0 {
-		t.Errorf("after the restart %d admitted, want 0: the 10 tokens were spent before the outage", admitted)
+	for _, way := range []string{"empty", "snapshot"} {
+		t.Run(way, func(t *testing.T) {
+			t.Parallel()
+			p, _ := tokenbucket.Policy("dl-restart", 10, 0.001) // no refill to speak of
+			srv := redistest.Start(t)
+			dir := t.TempDir()
+			first := startInstances(t, "goredis", srv.URL(), 1, dir)
+			ctx := context.Background()
+			for i := range 10 {
+				if i == 5 && way == "snapshot" {
+					srv.Do(t, "SAVE") // the copy Redis comes back with
+				}
+				if r, err := first.lims[0].Allow(ctx, p, "k"); err != nil || !r.Allowed || r.Degraded {
+					t.Fatalf("request %d before the outage: %+v, %v", i, r, err)
+				}
+			}
+			time.Sleep(300 * time.Millisecond) // generation reads after the snapshot
+			srv.Kill()
+			// Until the breaker opens (the journal then writes the known states).
+			for i := 0; first.lims[0].Status().Breaker != "open"; i++ {
+				if i == 50 {
+					t.Fatalf("breaker not open after 50 requests: %+v", first.lims[0].Status())
+				}
+				if r, err := first.lims[0].Allow(ctx, p, "k"); err != nil || r.Allowed || !r.Degraded {
+					t.Fatalf("during the outage: %+v, %v; want a local denial", r, err)
+				}
+			}
+			time.Sleep(300 * time.Millisecond) // a journal flush
+			if err := first.lims[0].Close(); err != nil {
+				t.Fatal(err)
+			}
+			srv.Restart(t) // empty (no AOF), or the snapshot
+			second := startInstances(t, "goredis", srv.URL(), 1, dir)
+			second.waitRestored(t, true)
+			admitted := 0
+			for range 10 {
+				if r, err := second.lims[0].Allow(ctx, p, "k"); err != nil {
+					t.Fatal(err)
+				} else if r.Allowed {
+					admitted++
+				}
+			}
+			if admitted != 0 {
+				t.Errorf("after the restart %d admitted, want 0: the 10 tokens were spent before the outage", admitted)
+			}
+		})
 	}
 }
 

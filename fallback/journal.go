@@ -151,7 +151,7 @@ type journal struct {
 	maxKeys      int
 	logger       *slog.Logger
 	id           string
-	counts       func() (n, offset, epoch int64)
+	counts       func() (n, offset, epoch, gen int64)
 	leases       *memory.Store
 
 	mu   sync.Mutex
@@ -178,6 +178,7 @@ type journal struct {
 	wroteCount  int64
 	wroteOff    int64
 	wroteEpoch  int64
+	wroteGen    int64
 	broken      bool  // a write failed: the next flush rewrites the file
 	written     int64 // bytes written, appends and snapshots
 	compactions int
@@ -290,14 +291,15 @@ func (e *jenc) header() {
 	e.close(s)
 }
 
-// count records the instance count, the clock offset and the data epoch
-// (0: none read yet; a record without it, from an earlier holdfast, reads
-// as 0).
-func (e *jenc) count(n, offset, epoch int64) {
+// count records the instance count, the clock offset, the data epoch and
+// the highest data generation read (0: none read yet; a record without
+// them, from an earlier holdfast, reads as 0).
+func (e *jenc) count(n, offset, epoch, gen int64) {
 	s := e.open(recCount)
 	e.v(n)
 	e.v(offset)
 	e.v(epoch)
+	e.v(gen)
 	e.close(s)
 }
 
@@ -526,6 +528,7 @@ type jstate struct {
 	count   int64
 	offset  int64
 	epoch   int64
+	gen     int64
 	counted bool
 	open    int // open grant entries
 	maxOpen int
@@ -610,14 +613,17 @@ func (st *jstate) apply(b []byte) error {
 		st.pols[idx] = p
 	case recCount:
 		n, off := d.v(), d.v()
-		var epoch int64
+		var epoch, gen int64
 		if len(d.b) > 0 {
 			epoch = d.v()
 		}
-		if !d.ok() || n < 1 || epoch < 0 {
+		if len(d.b) > 0 {
+			gen = d.v()
+		}
+		if !d.ok() || n < 1 || epoch < 0 || gen < 0 {
 			return errBadRec
 		}
-		st.count, st.offset, st.epoch, st.counted = n, off, epoch, true
+		st.count, st.offset, st.epoch, st.gen, st.counted = n, off, epoch, gen, true
 	case recGrant:
 		flags := d.byte1()
 		p, _ := pol()
@@ -823,7 +829,7 @@ func (st *jstate) snapshot(e *jenc) {
 	e.header()
 	st.header = true
 	if st.counted {
-		e.count(st.count, st.offset, st.epoch)
+		e.count(st.count, st.offset, st.epoch, st.gen)
 	}
 	// Pending resets first: what follows is the keys' state since.
 	for _, skey := range slices.Sorted(maps.Keys(st.resets)) {
@@ -880,8 +886,10 @@ func (l *cell) openJournal() error {
 		path: l.journalPath(), legacy: l.statePath(".outage-log.json"),
 		keyPrefix: l.o.Prefix, every: l.o.StateFlush, maxKeys: l.o.StateKeys,
 		logger: l.o.Logger, id: l.o.ID, leases: l.leases, recent: &l.recent,
-		counts: func() (int64, int64, int64) { return l.instances.Load(), l.offset.Load(), l.epoch.Load() },
-		kick:   make(chan struct{}, 1), syncs: make(chan chan struct{}), stop: make(chan struct{}), done: make(chan struct{}),
+		counts: func() (int64, int64, int64, int64) {
+			return l.instances.Load(), l.offset.Load(), l.epoch.Load(), l.gen.Load()
+		},
+		kick: make(chan struct{}, 1), syncs: make(chan chan struct{}), stop: make(chan struct{}), done: make(chan struct{}),
 		coal: jcoal{off: -1},
 	}
 	st := newJState(l.o.MaxLogGrants)
@@ -940,6 +948,7 @@ func (l *cell) restore(st *jstate, dropped int) jrestored {
 		// The epoch read before the restart: a Redis that lost its data
 		// meanwhile is found at the first read (see noteEpoch).
 		l.epoch.Store(st.epoch)
+		l.gen.Store(st.gen)
 	}
 	l.instances.Store(r.instances)
 	for skey, id := range st.resets {
@@ -1152,12 +1161,17 @@ func (j *journal) writeKnown() {
 // changed) and fsyncs, or rewrites the file when compaction is due (or
 // force).
 func (j *journal) flush(force bool) error {
-	n, off, epoch := j.counts()
+	n, off, epoch, gen := j.counts()
 	j.mu.Lock()
-	if n != j.wroteCount || off-j.wroteOff > 1000 || j.wroteOff-off > 1000 || epoch != j.wroteEpoch {
+	// The generation rises with every read of it (10 a second): it is
+	// written only with other records, so an idle instance writes nothing.
+	// A generation kept lower than the last read only lets an older copy
+	// taken after it go unfound.
+	if n != j.wroteCount || off-j.wroteOff > 1000 || j.wroteOff-off > 1000 || epoch != j.wroteEpoch ||
+		gen != j.wroteGen && len(j.enc.buf) > 0 {
 		j.coal.off = -1
-		j.enc.count(n, off, epoch)
-		j.wroteCount, j.wroteOff, j.wroteEpoch = n, off, epoch
+		j.enc.count(n, off, epoch, gen)
+		j.wroteCount, j.wroteOff, j.wroteEpoch, j.wroteGen = n, off, epoch, gen
 	}
 	compact := force || j.broken || j.size >= max(compactBytes, 4*j.snapSize) ||
 		(j.size > j.snapSize+logEmptySlack && len(j.st.sealed) == 0 && j.st.open == 0)

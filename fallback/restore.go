@@ -203,7 +203,14 @@ func (l *cell) restoreKnown(ctx context.Context) error {
 		// One ID for every instance restoring this key after this loss:
 		// the first applies it, the others find it applied.
 		id := reconcile.RestoreID(epoch, tk.skey)
-		batches = append(batches, driver.Batch{ID: id, Key: tk.skey, Policy: tk.p, Seed: seed, Since: since})
+		// A process that read no epoch before the loss (restarted, its
+		// known states read back from the state dir) knows only that the
+		// loss came after the state it knew.
+		from := since
+		if from <= 0 {
+			from = seed.At
+		}
+		batches = append(batches, driver.Batch{ID: id, Key: tk.skey, Policy: tk.p, Seed: seed, Since: from})
 	}
 	if len(batches) == 0 {
 		l.restoreAll.CompareAndSwap(all, false)

@@ -60,14 +60,28 @@ func (l *cell) readEpoch(ctx context.Context) (lost bool, err error) {
 		return false, nil // a store in this process
 	}
 	sent := l.gen.Load()
-	raw, err := l.store.Run(ctx, epochScript, l.epochKey, nil)
+	epoch, now, gen, renewed, err := l.runEpoch(ctx, 0)
 	if err != nil {
 		return false, err
 	}
-	if len(raw) != 3 || raw[0] <= 0 || raw[1] <= 0 || raw[2] <= 0 {
-		return false, driver.Errorf(core.ErrMalformedReply, "epoch reply %v", raw)
+	return l.noteEpoch(epoch, now, gen, renewed, sent), nil
+}
+
+// runEpoch runs the epoch script (epoch.lua), renewing epoch renew if it
+// is not 0 and still the epoch, and returns its reply.
+func (l *cell) runEpoch(ctx context.Context, renew int64) (epoch, now, gen int64, renewed bool, err error) {
+	var args []string
+	if renew != 0 {
+		args = []string{strconv.FormatInt(renew, 10)}
 	}
-	return l.noteEpoch(raw[0], raw[1], raw[2], sent), nil
+	raw, err := l.store.Run(ctx, epochScript, l.epochKey, args)
+	if err != nil {
+		return 0, 0, 0, false, err
+	}
+	if len(raw) != 4 || raw[0] <= 0 || raw[1] <= 0 || raw[2] <= 0 || raw[3] < 0 || raw[3] > 1 {
+		return 0, 0, 0, false, driver.Errorf(core.ErrMalformedReply, "epoch reply %v", raw)
+	}
+	return raw[0], raw[1], raw[2], raw[3] == 1, nil
 }
 
 // checkEpoch reads the data epoch between heartbeats, while the breaker is

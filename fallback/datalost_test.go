@@ -329,3 +329,74 @@ func TestRestoreManyKeys(t *testing.T) {
 		})
 	}
 }
+
+// TestDataLossBackTwice: Redis goes back to an older copy of a key's
+// data twice within one data epoch (the key reset between), with two
+// instances. The first instance to find each loss renews the epoch, so the
+// second loss's restores are named apart from the first's (whose markers
+// still stand) and both write the key back: after each, the 10 tokens
+// spent before it stay spent, and the epoch has changed each time.
+func TestDataLossBackTwice(t *testing.T) {
+	t.Parallel()
+	p, _ := tokenbucket.Policy("dl-twice", 10, 0.001) // no refill to speak of
+	srv := redistest.Start(t)
+	in := startInstances(t, "goredis", srv.URL(), 2, "")
+	time.Sleep(300 * time.Millisecond) // the epoch and generation are read
+	ctx := context.Background()
+	epoch := srv.Do(t, "GET", "hf:{members}:epoch")
+	var restored uint64
+	for round := range 2 {
+		for i := range 10 {
+			if i == 5 {
+				srv.Do(t, "SAVE") // the copy Redis goes back to
+			}
+			if r, err := in.lims[i%2].Allow(ctx, p, "k"); err != nil || !r.Allowed {
+				t.Fatalf("round %d, request %d: %+v, %v", round, i, r, err)
+			}
+		}
+		time.Sleep(300 * time.Millisecond) // generation reads after the snapshot
+		srv.Kill()
+		srv.Restart(t) // from the snapshot: 5 of the 10 spent
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			var n uint64
+			closed := true
+			for _, l := range in.lims {
+				n += l.Status().RestoredKeys
+				closed = closed && l.Status().Breaker == "closed"
+			}
+			if n > restored && closed {
+				restored = n
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: not restored (%d keys restored before): %+v %+v", round, restored, in.lims[0].Status(), in.lims[1].Status())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		admitted := 0
+		for i := range 10 {
+			if r, err := in.lims[i%2].Allow(ctx, p, "k"); err != nil {
+				t.Fatal(err)
+			} else if r.Allowed {
+				admitted++
+			}
+		}
+		now := srv.Do(t, "GET", "hf:{members}:epoch")
+		t.Logf("round %d: %d admitted after Redis went back; epoch %s, was %s", round, admitted, now, epoch)
+		// Each instance knows the key as of its own last reply: the
+		// other's last request may follow it (one token of slack).
+		if admitted > 1 {
+			t.Errorf("round %d: %d admitted after Redis went back, want at most 1", round, admitted)
+		}
+		if now == epoch {
+			t.Errorf("round %d: the epoch is still %s: not renewed", round, now)
+		}
+		epoch = now
+		for _, l := range in.lims { // each forgets its denial of the key
+			if err := l.Reset(ctx, p, "k"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}

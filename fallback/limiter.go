@@ -218,8 +218,8 @@ type cell struct {
 	// Membership and recovery-barrier keys: "{members}" and "{recovery}",
 	// or, for a shard's cell, keys whose hash tag lies in that shard.
 	members, barrier string
-	// epochKey are the data epoch's and generation's keys (epoch.lua),
-	// in the membership key's slot; nil on a store in this process, which
+	// epochKey are the data epoch's, generation's and renewal's keys
+	// (epoch.lua), in the membership key's slot; nil on a store in this process, which
 	// cannot lose its data while the process lives.
 	epochKey []string
 	// tag names a shard's cell ("" for the whole store): its keys' hash
@@ -264,7 +264,9 @@ type cell struct {
 	// the data epoch last read (0: none yet) and gen the highest data
 	// generation read; restoreDue is set when the epoch changed or the
 	// generation went back, until a restore succeeds, and restoreAll
-	// when it went back (the restore then covers logged keys too).
+	// when it went back (the restore then covers logged keys too);
+	// renewFrom is the epoch the restore renews first (0: none), after
+	// the generation went back.
 	recent     recentKeys
 	epoch      atomic.Int64
 	gen        atomic.Int64
@@ -273,6 +275,7 @@ type cell struct {
 	leftClosed atomic.Int64 // Redis time (estimate) when the breaker last left Closed
 	restoreDue atomic.Bool
 	restoreAll atomic.Bool
+	renewFrom  atomic.Int64
 	restored   atomic.Uint64 // keys restored, over the cell's life
 
 	// resets are the resets not yet applied in Redis (Reset during an
@@ -298,8 +301,8 @@ func membersLocal(_ any, now int64, _ []string) (any, []int64, int64, error) {
 //go:embed epoch.lua
 var epochSource string
 
-// epochScript reads (and makes, when missing) the data epoch and raises the
-// data generation. It is not run on a store in this process (epochKey).
+// epochScript reads (and makes, when missing, or renews) the data epoch and
+// raises the data generation. It is not run on a store in this process (epochKey).
 var epochScript = driver.NewScript("epoch", epochSource, nil)
 
 // leaveScript takes an instance out of the membership set.
@@ -371,7 +374,7 @@ func newCell(store driver.Store, o Options, tag string, changed func(from, to St
 	if o.Service != "" {
 		l.members, l.barrier = l.members+":"+o.Service, l.barrier+":"+o.Service
 	}
-	l.epochKey = []string{l.members + ":epoch", l.members + ":gen"}
+	l.epochKey = []string{l.members + ":epoch", l.members + ":gen", l.members + ":renewed"}
 
 	l.instances.Store(int64(o.ExpectedInstances))
 	l.sharedMode = core.ModeRedis

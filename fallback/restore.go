@@ -82,15 +82,19 @@ func (r *recentKeys) snapshot(most int) []trackedKey {
 }
 
 // noteEpoch takes the data epoch read at Redis time now (the Redis time at
-// which the epoch key was made) and the data generation gen, read by a
-// call sent when the highest generation read was sent, and reports whether
-// Redis lost its data since the reads before: the epoch differs (Redis
-// lost everything), or gen is no higher than sent (Redis went back to an
-// older copy of its data: every read raises the generation, so the reads
-// before this one were answered by writes it no longer holds). A lower
-// generation found once is the new lineage: reads sent before it was
-// found are not compared with the old one. A restore is then due.
-func (l *cell) noteEpoch(epoch, now, gen, sent int64) bool {
+// which the epoch key was made; renewed: by a renewal, see below) and the
+// data generation gen, read by a call sent when the highest generation
+// read was sent, and reports whether Redis lost its data since the reads
+// before: the epoch differs (Redis lost everything, or another instance
+// renewed it), or gen is no higher than sent (Redis went back to an older
+// copy of its data: every read raises the generation, so the reads before
+// this one were answered by writes it no longer holds). A lower generation
+// found once is the new lineage: reads sent before it was found are not
+// compared with the old one. A restore is then due; after a generation
+// gone back it first renews the epoch, so that the restores of this loss
+// are named apart from those of an earlier loss of the same epoch and the
+// other instances find the loss too.
+func (l *cell) noteEpoch(epoch, now, gen int64, renewed bool, sent int64) bool {
 	prev := l.epoch.Swap(epoch)
 	seen := l.epochSeen.Swap(now)
 	back := prev == epoch && sent > 0 && gen <= sent && l.gen.Load() >= sent
@@ -114,6 +118,9 @@ func (l *cell) noteEpoch(epoch, now, gen, sent int64) bool {
 	}
 	l.lostSince.Store(since)
 	if back {
+		l.renewFrom.Store(epoch)
+	}
+	if back || renewed {
 		// The keys hold older states, not none: a logged key's batches
 		// would merge into such a state, so the restore covers them too.
 		l.restoreAll.Store(true)
@@ -124,11 +131,28 @@ func (l *cell) noteEpoch(epoch, now, gen, sent int64) bool {
 	l.rewindKnown(since)
 	l.noteFault(dataLost)
 	msg := "holdfast: Redis lost its data; known states will be written back"
-	if back {
+	if back || renewed {
 		msg = "holdfast: Redis went back to an older copy of its data; known states will be written back"
 	}
 	l.o.Logger.Warn(msg, append([]any{"instance", l.o.ID}, l.attrs...)...)
 	return true
+}
+
+// renewEpoch makes a new data epoch in place of epoch from, unless another
+// instance did first, and takes the epoch Redis then holds: the restores
+// that follow are named after it.
+func (l *cell) renewEpoch(ctx context.Context, from int64) error {
+	ctx, cancel := context.WithTimeout(ctx, l.breaker.CallTimeout())
+	defer cancel()
+	epoch, now, gen, _, err := l.runEpoch(ctx, from)
+	if err != nil {
+		return err
+	}
+	l.epoch.Store(epoch)
+	l.epochSeen.Store(now)
+	for g := l.gen.Load(); gen > g && !l.gen.CompareAndSwap(g, gen); g = l.gen.Load() {
+	}
+	return nil
 }
 
 // rewindKnown makes each recent key's known state one from before the loss
@@ -177,6 +201,13 @@ func (l *cell) rewindKnown(since int64) {
 func (l *cell) restoreKnown(ctx context.Context) error {
 	if !l.restoreDue.Swap(false) {
 		return nil
+	}
+	if from := l.renewFrom.Swap(0); from != 0 {
+		if err := l.renewEpoch(ctx, from); err != nil {
+			l.renewFrom.CompareAndSwap(0, from)
+			l.restoreDue.Store(true)
+			return fmt.Errorf("fallback: renew the data epoch: %w", err)
+		}
 	}
 	keys := l.recent.snapshot(l.o.RestoreKeys)
 	all := l.restoreAll.Load()

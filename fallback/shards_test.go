@@ -29,8 +29,9 @@ func (s *shardedStore) Run(_ context.Context, _ *driver.Script, keys, _ []string
 		s.calls[keys[0]]++
 	}
 	if len(keys) > 0 && strings.HasSuffix(keys[0], ":epoch") {
-		// The epoch, and a data generation one higher each read.
-		return []int64{1, time.Now().UnixMicro(), int64(s.calls[keys[0]])}, nil
+		// The epoch, a data generation one higher each read, never
+		// renewed.
+		return []int64{1, time.Now().UnixMicro(), int64(s.calls[keys[0]]), 0}, nil
 	}
 	return []int64{1, time.Now().UnixMicro()}, nil
 }

@@ -263,10 +263,9 @@ type cell struct {
 	// recent are the keys a restore writes back (restore.go); epoch is
 	// the data epoch last read (0: none yet) and gen the highest data
 	// generation read; restoreDue is set when the epoch changed or the
-	// generation went back, until a restore succeeds, and restoreAll
-	// when it went back (the restore then covers logged keys too);
-	// renewFrom is the epoch the restore renews first (0: none), after
-	// the generation went back.
+	// generation went back, until a restore succeeds; renewFrom is the
+	// epoch the restore renews first (0: none), after the generation went
+	// back.
 	recent     recentKeys
 	epoch      atomic.Int64
 	gen        atomic.Int64
@@ -274,7 +273,6 @@ type cell struct {
 	lostSince  atomic.Int64 // Redis time before the last loss: the restore's Since
 	leftClosed atomic.Int64 // Redis time (estimate) when the breaker last left Closed
 	restoreDue atomic.Bool
-	restoreAll atomic.Bool
 	renewFrom  atomic.Int64
 	restored   atomic.Uint64 // keys restored, over the cell's life
 

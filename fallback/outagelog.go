@@ -340,20 +340,6 @@ func (g *outageLog) pending() int {
 	return g.grants
 }
 
-// logged returns the storage keys with grants not yet replayed.
-func (g *outageLog) logged() map[string]bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	keys := make(map[string]bool, len(g.open)+len(g.sealed))
-	for skey := range g.open {
-		keys[skey] = true
-	}
-	for _, b := range g.sealed {
-		keys[b.Key] = true
-	}
-	return keys
-}
-
 // restore adds a sealed batch read back from the state dir.
 func (g *outageLog) restore(b *driver.Batch) {
 	g.mu.Lock()

@@ -120,11 +120,6 @@ func (l *cell) noteEpoch(epoch, now, gen int64, renewed bool, sent int64) bool {
 	if back {
 		l.renewFrom.Store(epoch)
 	}
-	if back || renewed {
-		// The keys hold older states, not none: a logged key's batches
-		// would merge into such a state, so the restore covers them too.
-		l.restoreAll.Store(true)
-	}
 	// Due first: from here on replies leave known states alone (observe),
 	// since they come from the Redis that lost the data.
 	l.restoreDue.Store(true)
@@ -185,10 +180,13 @@ func (l *cell) rewindKnown(since int64) {
 }
 
 // restoreKnown writes back into Redis, when it lost its data, the known state
-// of every key in the recent-keys ring that the lease store still holds and
-// the outage log does not (a logged key's batches carry its seed into a
-// missing key, as before data losses were found; when Redis went back to an
-// older copy, its keys are not missing, and logged keys are restored too):
+// of every key in the recent-keys ring that the lease store still holds,
+// logged keys too: their batches, which follow, then find the key and
+// merge into it. (Left to its log's seed, a logged key was restored twice
+// when another instance's restore added its usage after the log's batch
+// had seeded the key: a key emptied meanwhile, by a refund or its expiry,
+// took that seed. And when Redis went back to an older copy, the key is
+// not missing and takes no seed from a batch.)
 // a batch of no grants whose seed is the key's known state (rewound by
 // rewindKnown), which each algorithm's replay writes into a missing key
 // or adds to what a key decided since the loss holds (driver.Batch.Since).
@@ -210,17 +208,9 @@ func (l *cell) restoreKnown(ctx context.Context) error {
 		}
 	}
 	keys := l.recent.snapshot(l.o.RestoreKeys)
-	all := l.restoreAll.Load()
-	logged := map[string]bool(nil)
-	if !all {
-		logged = l.log.logged()
-	}
 	epoch, since := l.epoch.Load(), l.lostSince.Load()
 	batches := make([]driver.Batch, 0, len(keys))
 	for _, tk := range keys {
-		if logged[tk.skey] {
-			continue // its outage-log batches carry the seed (into a missing key)
-		}
 		var seed driver.Seed
 		l.leases.Update(tk.skey, func(prev any, _ int64) (any, int64) {
 			if ks, _ := prev.(*keyState); ks != nil && ks.known.at > 0 {
@@ -244,7 +234,6 @@ func (l *cell) restoreKnown(ctx context.Context) error {
 		batches = append(batches, driver.Batch{ID: id, Key: tk.skey, Policy: tk.p, Seed: seed, Since: from})
 	}
 	if len(batches) == 0 {
-		l.restoreAll.CompareAndSwap(all, false)
 		return nil
 	}
 	errs := l.rec.Reconcile(ctx, l.store, batches)
@@ -266,7 +255,6 @@ func (l *cell) restoreKnown(ctx context.Context) error {
 		l.restoreDue.Store(true)
 		return fmt.Errorf("fallback: restore after data loss: %w", errors.Join(failed...))
 	}
-	l.restoreAll.CompareAndSwap(all, false)
 	l.restored.Add(uint64(len(batches) - skipped))
 	l.o.Logger.Info("holdfast restored known states", append([]any{"instance", l.o.ID, "keys", len(batches) - skipped, "skipped", skipped}, l.attrs...)...)
 	return nil

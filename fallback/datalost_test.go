@@ -278,7 +278,7 @@ func TestRestoreSkipsWrongType(t *testing.T) {
 //
 // Two writers: with 8 making 20000 new keys at once under -race in the
 // full suite, the lease store's cache (ristretto) dropped the inserts of
-// 5316 of them from its full buffers, and those keys had no known state to
+// 5316 of them (most likely from its full buffers), and those keys had no known state to
 // restore (docs/operations.md, "Memory").
 func TestRestoreManyKeys(t *testing.T) {
 	const keys = 5000

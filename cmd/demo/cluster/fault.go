@@ -202,13 +202,7 @@ func (c *cluster) faultOn(ctx context.Context, victim *redisServer) (lift func()
 		}
 		return func() (string, error) {
 			victim.kill()
-			var err error
-			for range 3 { // the port was free a moment ago; retry a refused start
-				if err = victim.start(ctx); err == nil {
-					break
-				}
-			}
-			if err != nil {
+			if err := restart(ctx, victim); err != nil {
 				return "", err
 			}
 			return fmt.Sprintf("restarted from the old AOF (pid %d, same port: the writes since it stopped lost)", victim.p.pid()), nil
@@ -238,13 +232,7 @@ func (c *cluster) faultOn(ctx context.Context, victim *redisServer) (lift func()
 				}
 			}
 		}
-		var err error
-		for range 3 { // the port was free a moment ago; retry a refused start
-			if err = victim.start(ctx); err == nil {
-				break
-			}
-		}
-		if err != nil {
+		if err := restart(ctx, victim); err != nil {
 			return "", err
 		}
 		if wipe {
@@ -293,6 +281,18 @@ func startDeadMaster() (*deadMaster, error) {
 func (d *deadMaster) close() {
 	d.l.Close()
 	d.wg.Wait()
+}
+
+// restart starts the killed victim again on its port and directory,
+// retrying a refused start (the port was free a moment ago).
+func restart(ctx context.Context, victim *redisServer) error {
+	var err error
+	for range 3 {
+		if err = victim.start(ctx); err == nil {
+			return nil
+		}
+	}
+	return err
 }
 
 // redisCommand sends one command to the Redis at addr over a new

@@ -11,6 +11,7 @@ import (
 
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/fallback"
 	"github.com/holdfast/holdfast/internal/redistest"
 	"github.com/holdfast/holdfast/internal/toxitest"
 )
@@ -120,6 +121,7 @@ type netRun struct {
 	span     time.Duration              // the fault, from in place to lifted
 	recovery time.Duration              // from lifted to every instance closed with its log replayed
 	stall    time.Duration              // the longest scheduling stall seen
+	end      time.Time                  // when the load stopped
 	// recoveredOK: every instance was closed with its log replayed within
 	// netAfter + 5 s of the fault's end.
 	recoveredOK bool
@@ -204,7 +206,8 @@ func (rig *netRig) run(t *testing.T, p core.Policy, inject func() (lift func()))
 		})
 	}
 	wg.Wait()
-	r.took = time.Since(start)
+	r.end = time.Now()
+	r.took = r.end.Sub(start)
 	r.recovery = <-recovered
 	return r
 }
@@ -259,6 +262,72 @@ func partialSlack(p core.Policy, k int, span time.Duration) float64 {
 	return max(0, float64(k)/netInstances*(c+tokenbucket.Rate(p)*span.Seconds())-c)
 }
 
+// splitSlack is partialSlack for the partial partitions a fault made by
+// itself: breakers open and close one instance at a time, so under a fault
+// on every link some instances decide with leases while others still (or
+// again) decide through Redis, which gives them the whole refill. Over the
+// breaker transitions of the run, with k(t) instances not closed at time t,
+// it adds k(t)/N of the refill for every moment when 0 < k(t) < N, and k/N
+// of a bucket for the k instances that were local at such a moment, less
+// the bucket of debt the replay charges (the formula of docs/DESIGN.md,
+// "Partial partitions", with k varying). It also returns how long the
+// split lasted.
+func (r *netRun) splitSlack(rig *netRig) (float64, time.Duration) {
+	type edge struct {
+		at    time.Time
+		i     int
+		local bool
+	}
+	var edges []edge
+	rig.in.mu.Lock()
+	for i := range rig.in.seen {
+		for j, s := range rig.in.seen[i] {
+			edges = append(edges, edge{rig.in.at[i][j], i, s != fallback.Closed})
+		}
+	}
+	rig.in.mu.Unlock()
+	slices.SortStableFunc(edges, func(a, b edge) int { return a.at.Compare(b.at) })
+	var (
+		local    [netInstances]bool
+		wasSplit [netInstances]bool
+		share    float64 // ∫ k(t)/N dt over the split, in seconds
+		split    time.Duration
+	)
+	for j, e := range edges {
+		local[e.i] = e.local
+		until := r.end
+		if j+1 < len(edges) && edges[j+1].at.Before(until) {
+			until = edges[j+1].at
+		}
+		k := 0
+		for _, l := range local {
+			if l {
+				k++
+			}
+		}
+		if k == 0 || k == netInstances || !until.After(e.at) {
+			continue
+		}
+		d := until.Sub(e.at)
+		split += d
+		share += float64(k) / netInstances * d.Seconds()
+		for i, l := range local {
+			wasSplit[i] = wasSplit[i] || l
+		}
+	}
+	kmax := 0
+	for _, w := range wasSplit {
+		if w {
+			kmax++
+		}
+	}
+	if kmax == 0 {
+		return 0, 0
+	}
+	c := float64(r.p.Limit())
+	return max(0, tokenbucket.Rate(r.p)*share+float64(kmax)/netInstances*c-c), split
+}
+
 // check records the run's row, logs what it measured and asserts what
 // holds under every network fault: no error reaches a caller; p99 within
 // the call deadline; no decision longer than two deadlines (a call, then a
@@ -273,9 +342,10 @@ func (r *netRun) check(t *testing.T, rig *netRig, fault, backend string, slack f
 	p99, worst := r.latencies()
 	admitted := float64(r.ld.admitted.Load())
 	shrink := r.shrinkSlack()
+	_, splitFor := r.splitSlack(rig)
 	limit := 1.05*b + slack + shrink
-	t.Logf("%s: admitted %.0f denied %d errors %d over %v: bound %.1f, admitted/bound %.3f (allowed %.3f: slack %.1f, shrink %.1f); p99 %v max %v (longest stall %v); fault %v, recovered %v after it",
-		t.Name(), admitted, r.ld.denied.Load(), r.ld.errors.Load(), r.took.Round(time.Millisecond), b, admitted/b, limit/b, slack, shrink,
+	t.Logf("%s: admitted %.0f denied %d errors %d over %v: bound %.1f, admitted/bound %.3f (allowed %.3f: slack %.1f (breakers split for %v), shrink %.1f); p99 %v max %v (longest stall %v); fault %v, recovered %v after it",
+		t.Name(), admitted, r.ld.denied.Load(), r.ld.errors.Load(), r.took.Round(time.Millisecond), b, admitted/b, limit/b, slack, splitFor.Round(time.Millisecond), shrink,
 		p99.Round(10*time.Microsecond), worst.Round(10*time.Microsecond), r.stall.Round(time.Millisecond), r.span.Round(time.Millisecond), r.recovery.Round(time.Millisecond))
 	for ph, name := range []string{"before", "during", "after"} {
 		line := ""
@@ -315,8 +385,8 @@ func (r *netRun) check(t *testing.T, rig *netRig, fault, backend string, slack f
 // netScenario runs one network fault on both backends, each on a rig of
 // its own: fault is injected for the run's fault span and lifted after
 // (see netRig.run), the run is checked against the bound with the slack
-// slack(r) (see netRun.check), and then more checks the scenario's own
-// expectations.
+// slack(r) (see netRun.check; nil: the split the breakers' timing made,
+// netRun.splitSlack), and then more checks the scenario's own expectations.
 func netScenario(t *testing.T, name string, fault func(rig *netRig) func() func(), slack func(p core.Policy, r *netRun) float64, more func(t *testing.T, p core.Policy, r *netRun)) {
 	t.Parallel()
 	p, _ := tokenbucket.Policy("tb", 10, 20)
@@ -325,7 +395,9 @@ func netScenario(t *testing.T, name string, fault func(rig *netRig) func() func(
 			t.Parallel()
 			rig := startNetRig(t, backend)
 			r := rig.run(t, p, fault(rig))
-			var sl float64
+			// A fault on every link splits the breakers only by their
+			// timing; the run allows what that split measured.
+			sl, _ := r.splitSlack(rig)
 			if slack != nil {
 				sl = slack(p, r)
 			}
@@ -402,7 +474,8 @@ func TestNetPartialPartition(t *testing.T) {
 // then takes about 200 ms, inside the 300 ms call deadline and just under
 // the slow-call threshold (4/5 of it, 240 ms). On a busy machine some calls
 // pass the threshold and a breaker opens: that instance then uses its
-// lease.
+// lease while others still decide through Redis, a partial partition for
+// as long as the split lasts (allowed for by netRun.splitSlack).
 func TestNetLatency(t *testing.T) {
 	netScenario(t, "latency: +200 ms on every link for 3 s", toxicOn(allLinks, func(px *toxitest.Proxy) *toxitest.Toxic {
 		return px.AddLatency(200*time.Millisecond, 0, toxitest.Downstream)

@@ -277,9 +277,8 @@ func TestRestoreSkipsWrongType(t *testing.T) {
 // each, and leaves one marker hash for the data loss, not one per key.
 //
 // Two writers: with 8 making 20000 new keys at once under -race in the
-// full suite, the lease store's cache (ristretto) dropped the inserts of
-// 5316 of them (most likely from its full buffers), and those keys had no known state to
-// restore (docs/operations.md, "Memory").
+// full suite, 5316 of them were once not restored, for a cause not yet
+// established (docs/operations.md, "Memory").
 func TestRestoreManyKeys(t *testing.T) {
 	const keys = 5000
 	for _, backend := range []string{"goredis", "rueidis"} {

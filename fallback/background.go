@@ -280,6 +280,7 @@ func (l *cell) reconcile(ctx context.Context) error {
 		l.jnl.syncNow()
 		errs := l.rec.Reconcile(ctx, l.store, batches)
 		l.log.ack(batches, errs)
+		l.noteReplayed(batches, errs)
 		for _, b := range batches {
 			total += len(b.Grants)
 		}

@@ -404,3 +404,89 @@ func TestDataLossBackTwice(t *testing.T) {
 		}
 	}
 }
+
+// TestDataLossAfterReplayedGrants: one instance spends a whole quota with
+// its lease while Redis is down, and Redis, back, takes the grants from the
+// replay; no decision on the key goes through Redis after it, so no reply
+// tells the key's state. Then Redis loses its data again (restarted
+// empty). The restore writes back the replayed grants, so the quota stays
+// spent: before, the key had no known state and admitted a whole quota
+// again.
+func TestDataLossAfterReplayedGrants(t *testing.T) {
+	const limit = 10
+	tb, _ := tokenbucket.Policy("dr-tb", limit, 0.001)
+	sw, _ := slidingwindow.Policy("dr-sw", limit, time.Hour)
+	sc, _ := slidingcounter.Policy("dr-sc", limit, time.Hour)
+	for _, tc := range []struct {
+		backend string
+		p       core.Policy
+	}{{"goredis", tb}, {"rueidis", tb}, {"rueidis", sw}, {"goredis", sc}} {
+		t.Run(tc.backend+"/"+tc.p.Algorithm().Name(), func(t *testing.T) {
+			t.Parallel()
+			waitWindow(t, tc.p)
+			srv := redistest.Start(t)
+			in := startInstances(t, tc.backend, srv.URL(), 1, "")
+			l := in.lims[0]
+			time.Sleep(300 * time.Millisecond) // the epoch is read
+			ctx := context.Background()
+			spend := func() (admitted int) {
+				for i := range limit {
+					r, err := l.Allow(ctx, tc.p, "client-1")
+					if err != nil {
+						t.Fatalf("request %d: %v", i, err)
+					}
+					if r.Allowed {
+						admitted++
+					}
+				}
+				return admitted
+			}
+			// transitions waits until the breaker has made more than n
+			// transitions and is closed with its log replayed.
+			waitBack := func(n int) {
+				t.Helper()
+				deadline := time.Now().Add(10 * time.Second)
+				for {
+					in.mu.Lock()
+					seen := len(in.seen[0])
+					in.mu.Unlock()
+					if st := l.Status(); seen > n && st.Breaker == "closed" && st.PendingLog == 0 {
+						return
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("not back on Redis: %+v", l.Status())
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+			srv.Kill()
+			for l.Status().Breaker != "open" {
+				if _, err := l.Allow(ctx, tc.p, "warm-up"); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			if a := spend(); a != limit {
+				t.Fatalf("%d of %d admitted with the lease, want all (one instance)", a, limit)
+			}
+			in.mu.Lock()
+			n := len(in.seen[0])
+			in.mu.Unlock()
+			srv.Restart(t)
+			waitBack(n)
+			// The grants are in Redis now; Redis loses them.
+			in.mu.Lock()
+			n = len(in.seen[0])
+			in.mu.Unlock()
+			before := l.Status().RestoredKeys
+			srv.Kill()
+			srv.Restart(t)
+			waitBack(n)
+			a := spend()
+			t.Logf("after the second loss: %d restored keys, %d of %d admitted", l.Status().RestoredKeys-before, a, limit)
+			if a != 0 {
+				t.Errorf("%d of a spent quota of %d admitted after Redis lost the replayed grants, want 0", a, limit)
+			}
+		})
+	}
+}

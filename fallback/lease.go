@@ -28,6 +28,54 @@ type keyState struct {
 	// knownLeft, confLeft and peakLeft what each reply left.
 	conf, peak                    known
 	knownLeft, confLeft, peakLeft int64
+	// replayed holds this instance's grants on the key that a replay
+	// applied in Redis and that no confirmed known state includes yet
+	// (at most maxReplayed, the newest), and replayedTo a store time after
+	// that replay: a restore writes them back too (restoreKnown), since a
+	// key spent only by leases has no known state to restore.
+	replayed   []driver.Grant
+	replayedTo int64
+}
+
+// maxReplayed bounds the replayed grants a key keeps for a restore.
+const maxReplayed = 256
+
+// addReplayed keeps grants of policy p, which a replay applied in Redis by
+// store time to, dropping those that no longer count at now.
+func (k *keyState) addReplayed(p core.Policy, grants []driver.Grant, to, now int64) {
+	kept := k.replayed[:0]
+	for _, g := range k.replayed {
+		if !outdated(p, g.At, now) {
+			kept = append(kept, g)
+		}
+	}
+	for _, g := range grants {
+		if !outdated(p, g.At, now) {
+			kept = append(kept, g)
+		}
+	}
+	if len(kept) > maxReplayed {
+		kept = append(kept[:0], kept[len(kept)-maxReplayed:]...)
+	}
+	k.replayed, k.replayedTo = kept, max(k.replayedTo, to)
+	if len(kept) == 0 {
+		k.replayed = nil
+	}
+}
+
+// replayedSince returns the replayed grants that the known state does not
+// include (it is older than their replay) and that still count at now.
+func (k *keyState) replayedSince(p core.Policy, now int64) []driver.Grant {
+	if len(k.replayed) == 0 || k.known.at > k.replayedTo {
+		return nil
+	}
+	var out []driver.Grant
+	for _, g := range k.replayed {
+		if !outdated(p, g.At, now) {
+			out = append(out, g)
+		}
+	}
+	return out
 }
 
 // known is the key's state in the last Redis reply, as its algorithm reads
@@ -44,6 +92,9 @@ func (k *keyState) Size() int64 {
 	if k.lease != nil {
 		s += k.lease.Size()
 	}
+	for _, g := range k.replayed {
+		s += int64(unsafe.Sizeof(g)) + int64(len(g.ID))
+	}
 	return s
 }
 
@@ -53,6 +104,10 @@ func (k *keyState) confirm(seen int64, r driver.Reply) {
 	if k.known.at > 0 && k.known.at <= seen && k.known.at > k.conf.at {
 		k.conf, k.confLeft = k.known, k.knownLeft
 		k.peak = known{}
+		if k.conf.at > k.replayedTo {
+			// A confirmed reply after the replay includes its grants.
+			k.replayed = nil
+		}
 	}
 	k.knownLeft = r.Remaining
 }

@@ -826,6 +826,7 @@ func (l *cell) local(ctx context.Context, p core.Policy, key string, cost int64,
 		cctx, cancel := context.WithTimeout(ctx, l.breaker.CallTimeout())
 		errs := l.rec.Reconcile(cctx, l.store, []driver.Batch{b})
 		cancel()
+		l.noteReplayed([]driver.Batch{b}, errs)
 		if errs[0] == nil {
 			l.journalGrant(grantLeased, p, key, seed, id, cost, rep.Now, n)
 			return r, nil

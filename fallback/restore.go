@@ -190,6 +190,9 @@ func (l *cell) rewindKnown(since int64) {
 // a batch of no grants whose seed is the key's known state (rewound by
 // rewindKnown), which each algorithm's replay writes into a missing key
 // or adds to what a key decided since the loss holds (driver.Batch.Since).
+// Then, in a second call, the grants this instance replayed into Redis
+// that the known state does not include (keyState.replayed): a key spent
+// only by leases during an earlier outage has no known state at all.
 // A key another instance restored first after the same loss is left as it
 // is (the shared batch ID). It runs in the recovery, before the log's
 // batches, while no decision goes through Redis. A batch Redis refuses as
@@ -210,14 +213,30 @@ func (l *cell) restoreKnown(ctx context.Context) error {
 	keys := l.recent.snapshot(l.o.RestoreKeys)
 	epoch, since := l.epoch.Load(), l.lostSince.Load()
 	batches := make([]driver.Batch, 0, len(keys))
+	var grants []driver.Batch
+	both := 0 // keys with a known state and replayed grants
 	for _, tk := range keys {
 		var seed driver.Seed
-		l.leases.Update(tk.skey, func(prev any, _ int64) (any, int64) {
-			if ks, _ := prev.(*keyState); ks != nil && ks.known.at > 0 {
-				seed = ks.known.seed // rewound by rewindKnown
+		var replayed []driver.Grant
+		l.leases.Update(tk.skey, func(prev any, now int64) (any, int64) {
+			if ks, _ := prev.(*keyState); ks != nil {
+				if ks.known.at > 0 {
+					seed = ks.known.seed // rewound by rewindKnown
+				}
+				replayed = ks.replayedSince(tk.p, now)
 			}
 			return prev, -1 // unchanged
 		})
+		if len(replayed) > 0 {
+			// Grants this instance replayed that the known state does not
+			// include: written back after it (a second call, so that they
+			// merge into the key it wrote), under an ID of this instance's
+			// own, as every instance writes back its own grants.
+			grants = append(grants, driver.Batch{ID: reconcile.RestoreGrantsID(epoch, tk.skey, l.o.ID), Key: tk.skey, Policy: tk.p, Seed: seed, Grants: replayed})
+			if seed.At > 0 {
+				both++
+			}
+		}
 		if seed.At <= 0 {
 			continue
 		}
@@ -233,9 +252,33 @@ func (l *cell) restoreKnown(ctx context.Context) error {
 		}
 		batches = append(batches, driver.Batch{ID: id, Key: tk.skey, Policy: tk.p, Seed: seed, Since: from})
 	}
-	if len(batches) == 0 {
+	restored := 0
+	for i, bs := range [][]driver.Batch{batches, grants} {
+		if len(bs) == 0 {
+			continue
+		}
+		n, err := l.restoreBatches(ctx, bs)
+		if err != nil {
+			l.restoreDue.Store(true)
+			return err
+		}
+		if i == 1 {
+			n = max(0, n-both) // keys counted with the first
+		}
+		restored += n
+	}
+	if restored == 0 {
 		return nil
 	}
+	l.restored.Add(uint64(restored))
+	l.o.Logger.Info("holdfast restored known states", append([]any{"instance", l.o.ID, "keys", restored, "replayed_grants_keys", len(grants)}, l.attrs...)...)
+	return nil
+}
+
+// restoreBatches runs a restore's batches and returns how many Redis
+// applied. A batch Redis refuses as a wrong request (a key of another
+// type) is skipped and logged; any other failure is the error.
+func (l *cell) restoreBatches(ctx context.Context, batches []driver.Batch) (int, error) {
 	errs := l.rec.Reconcile(ctx, l.store, batches)
 	var failed []error
 	skipped := 0
@@ -252,10 +295,31 @@ func (l *cell) restoreKnown(ctx context.Context) error {
 		}
 	}
 	if len(failed) > 0 {
-		l.restoreDue.Store(true)
-		return fmt.Errorf("fallback: restore after data loss: %w", errors.Join(failed...))
+		return 0, fmt.Errorf("fallback: restore after data loss: %w", errors.Join(failed...))
 	}
-	l.restored.Add(uint64(len(batches) - skipped))
-	l.o.Logger.Info("holdfast restored known states", append([]any{"instance", l.o.ID, "keys", len(batches) - skipped, "skipped", skipped}, l.attrs...)...)
-	return nil
+	return len(batches) - skipped, nil
+}
+
+// noteReplayed keeps, with each key's state, the grants of the batches
+// that Redis applied (errs[i] nil), and puts the key in the recent-keys
+// ring: a key spent only by leases has no known state, and a restore after
+// a later data loss writes these grants back instead (restoreKnown). A key
+// the lease store no longer holds is passed over.
+func (l *cell) noteReplayed(batches []driver.Batch, errs []error) {
+	to := l.storeMicros()
+	for i := range batches {
+		b := &batches[i]
+		if errs[i] != nil || len(b.Grants) == 0 {
+			continue
+		}
+		l.leases.Update(b.Key, func(prev any, now int64) (any, int64) {
+			if ks, _ := prev.(*keyState); ks != nil {
+				if l.recent.due(ks.tracked) {
+					ks.tracked = l.recent.add(b.Key, b.Policy)
+				}
+				ks.addReplayed(b.Policy, b.Grants, to, now)
+			}
+			return prev, -1 // kept as it is: its size changes little
+		})
+	}
 }

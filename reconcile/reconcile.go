@@ -475,6 +475,16 @@ func RestoreID(epoch int64, skey string) string {
 	return restorePrefix + strconv.FormatInt(epoch, 10) + "/" + skey
 }
 
+// RestoreGrantsID names the batch that writes back, after the same data
+// loss as RestoreID, the grants on storage key skey that instance had
+// replayed into Redis (and no known state includes): one per instance, as
+// each writes back its own grants. It shares RestoreID's marker hash; its
+// field, the key and "+" and the instance, is never a storage key's (those
+// end in '}').
+func RestoreGrantsID(epoch int64, skey, instance string) string {
+	return RestoreID(epoch, skey) + "+" + instance
+}
+
 // markerOf returns the hash that marks batch id of storage key key
 // applied, and the batch's field in it. The hash is named after the key's
 // prefix (its text before the first '{', so an ACL key pattern on the

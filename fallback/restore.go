@@ -101,8 +101,7 @@ func (l *cell) noteEpoch(epoch, now, gen int64, renewed bool, sent int64) bool {
 	if back || prev != epoch {
 		l.gen.Store(gen)
 	} else {
-		for g := l.gen.Load(); gen > g && !l.gen.CompareAndSwap(g, gen); g = l.gen.Load() {
-		}
+		l.raiseGen(gen)
 	}
 	if prev == 0 || (prev == epoch && !back) {
 		return false
@@ -145,9 +144,14 @@ func (l *cell) renewEpoch(ctx context.Context, from int64) error {
 	}
 	l.epoch.Store(epoch)
 	l.epochSeen.Store(now)
+	l.raiseGen(gen)
+	return nil
+}
+
+// raiseGen makes gen the highest data generation read, if it is higher.
+func (l *cell) raiseGen(gen int64) {
 	for g := l.gen.Load(); gen > g && !l.gen.CompareAndSwap(g, gen); g = l.gen.Load() {
 	}
-	return nil
 }
 
 // rewindKnown makes each recent key's known state one from before the loss

@@ -30,11 +30,16 @@ type keyState struct {
 	knownLeft, confLeft, peakLeft int64
 	// replayed holds this instance's grants on the key that a replay
 	// applied in Redis and that no confirmed known state includes yet
-	// (at most maxReplayed, the newest), and replayedTo a store time after
-	// that replay: a restore writes them back too (restoreKnown), since a
-	// key spent only by leases has no known state to restore.
-	replayed   []driver.Grant
-	replayedTo int64
+	// (nil when none): a restore writes them back too (restoreKnown),
+	// since a key spent only by leases has no known state to restore.
+	replayed *replayedGrants
+}
+
+// replayedGrants are a key's grants that a replay applied (at most
+// maxReplayed, the newest), and to, a store time after that replay.
+type replayedGrants struct {
+	grants []driver.Grant
+	to     int64
 }
 
 // maxReplayed bounds the replayed grants a key keeps for a restore.
@@ -43,8 +48,12 @@ const maxReplayed = 256
 // addReplayed keeps grants of policy p, which a replay applied in Redis by
 // store time to, dropping those that no longer count at now.
 func (k *keyState) addReplayed(p core.Policy, grants []driver.Grant, to, now int64) {
-	kept := k.replayed[:0]
-	for _, g := range k.replayed {
+	if k.replayed == nil {
+		k.replayed = &replayedGrants{}
+	}
+	r := k.replayed
+	kept := r.grants[:0]
+	for _, g := range r.grants {
 		if !outdated(p, g.At, now) {
 			kept = append(kept, g)
 		}
@@ -57,7 +66,7 @@ func (k *keyState) addReplayed(p core.Policy, grants []driver.Grant, to, now int
 	if len(kept) > maxReplayed {
 		kept = append(kept[:0], kept[len(kept)-maxReplayed:]...)
 	}
-	k.replayed, k.replayedTo = kept, max(k.replayedTo, to)
+	r.grants, r.to = kept, max(r.to, to)
 	if len(kept) == 0 {
 		k.replayed = nil
 	}
@@ -66,11 +75,12 @@ func (k *keyState) addReplayed(p core.Policy, grants []driver.Grant, to, now int
 // replayedSince returns the replayed grants that the known state does not
 // include (it is older than their replay) and that still count at now.
 func (k *keyState) replayedSince(p core.Policy, now int64) []driver.Grant {
-	if len(k.replayed) == 0 || k.known.at > k.replayedTo {
+	r := k.replayed
+	if r == nil || k.known.at > r.to {
 		return nil
 	}
 	var out []driver.Grant
-	for _, g := range k.replayed {
+	for _, g := range r.grants {
 		if !outdated(p, g.At, now) {
 			out = append(out, g)
 		}
@@ -92,8 +102,11 @@ func (k *keyState) Size() int64 {
 	if k.lease != nil {
 		s += k.lease.Size()
 	}
-	for _, g := range k.replayed {
-		s += int64(unsafe.Sizeof(g)) + int64(len(g.ID))
+	if r := k.replayed; r != nil {
+		s += int64(unsafe.Sizeof(*r))
+		for _, g := range r.grants {
+			s += int64(unsafe.Sizeof(g)) + int64(len(g.ID))
+		}
 	}
 	return s
 }
@@ -104,7 +117,7 @@ func (k *keyState) confirm(seen int64, r driver.Reply) {
 	if k.known.at > 0 && k.known.at <= seen && k.known.at > k.conf.at {
 		k.conf, k.confLeft = k.known, k.knownLeft
 		k.peak = known{}
-		if k.conf.at > k.replayedTo {
+		if k.replayed != nil && k.conf.at > k.replayed.to {
 			// A confirmed reply after the replay includes its grants.
 			k.replayed = nil
 		}

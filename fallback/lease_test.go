@@ -357,3 +357,35 @@ type stubStore struct{}
 func (stubStore) Run(context.Context, *driver.Script, []string, []string) ([]int64, error) {
 	return nil, core.ErrStoreUnavailable
 }
+
+// TestReplayedGrantsKept: a key keeps at most maxReplayed of the grants its
+// replays applied, the newest; a restore takes them while the known state
+// is older than the replay, and a confirmed reply after the replay drops
+// them.
+func TestReplayedGrantsKept(t *testing.T) {
+	p, _ := tokenbucket.Policy("kept", 10, 1)
+	var ks keyState
+	var grants []driver.Grant
+	for i := range maxReplayed + 10 {
+		grants = append(grants, driver.Grant{Cost: 1, At: int64(1000 + i)})
+	}
+	ks.addReplayed(p, grants[:10], 5000, 5000)
+	ks.addReplayed(p, grants[10:], 6000, 6000)
+	got := ks.replayedSince(p, 7000)
+	if len(got) != maxReplayed || got[0].At != 1010 || got[len(got)-1].At != int64(1000+maxReplayed+9) {
+		t.Fatalf("kept %d grants from %v to %v, want the newest %d", len(got), got[0].At, got[len(got)-1].At, maxReplayed)
+	}
+	ks.known = known{seed: driver.Seed{Value: 1, At: 6500}, at: 6500}
+	if got := ks.replayedSince(p, 7000); got != nil {
+		t.Fatalf("a known state after the replay: %d grants to restore, want none", len(got))
+	}
+	ks.known.at = 5500
+	if got := ks.replayedSince(p, 7000); len(got) != maxReplayed {
+		t.Fatalf("a known state before the replay: %d grants to restore, want %d", len(got), maxReplayed)
+	}
+	ks.known = known{seed: driver.Seed{Value: 1, At: 6500}, at: 6500}
+	ks.confirm(6600, driver.Reply{})
+	if ks.replayed != nil {
+		t.Fatal("a confirmed reply after the replay left the grants kept")
+	}
+}

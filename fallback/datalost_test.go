@@ -413,7 +413,8 @@ func TestDataLossBackTwice(t *testing.T) {
 // tells the key's state. Then Redis loses its data again (restarted
 // empty). The restore writes back the replayed grants, so the quota stays
 // spent: before, the key had no known state and admitted a whole quota
-// again.
+// again. With a state dir the grants survive a restart of the instance
+// between the replay and the loss.
 func TestDataLossAfterReplayedGrants(t *testing.T) {
 	const limit = 10
 	tb, _ := tokenbucket.Policy("dr-tb", limit, 0.001)
@@ -422,12 +423,21 @@ func TestDataLossAfterReplayedGrants(t *testing.T) {
 	for _, tc := range []struct {
 		backend string
 		p       core.Policy
-	}{{"goredis", tb}, {"rueidis", tb}, {"rueidis", sw}, {"goredis", sc}} {
-		t.Run(tc.backend+"/"+tc.p.Algorithm().Name(), func(t *testing.T) {
+		restart bool
+	}{{"goredis", tb, false}, {"rueidis", tb, false}, {"rueidis", sw, false}, {"goredis", sc, false}, {"goredis", tb, true}, {"rueidis", sw, true}} {
+		name := tc.backend + "/" + tc.p.Algorithm().Name()
+		if tc.restart {
+			name += "/restart"
+		}
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			waitWindow(t, tc.p)
 			srv := redistest.Start(t)
-			in := startInstances(t, tc.backend, srv.URL(), 1, "")
+			dir := ""
+			if tc.restart {
+				dir = t.TempDir()
+			}
+			in := startInstances(t, tc.backend, srv.URL(), 1, dir)
 			l := in.lims[0]
 			time.Sleep(300 * time.Millisecond) // the epoch is read
 			ctx := context.Background()
@@ -481,9 +491,21 @@ func TestDataLossAfterReplayedGrants(t *testing.T) {
 			n = len(in.seen[0])
 			in.mu.Unlock()
 			before := l.Status().RestoredKeys
-			srv.Kill()
-			srv.Restart(t)
-			waitBack(n)
+			if tc.restart {
+				time.Sleep(300 * time.Millisecond) // a journal flush
+				if err := l.Close(); err != nil {
+					t.Fatal(err)
+				}
+				srv.Kill()
+				srv.Restart(t)
+				in = startInstances(t, tc.backend, srv.URL(), 1, dir)
+				l, before = in.lims[0], 0
+				in.waitRestored(t, true)
+			} else {
+				srv.Kill()
+				srv.Restart(t)
+				waitBack(n)
+			}
 			a := spend()
 			t.Logf("after the second loss: %d restored keys, %d of %d admitted", l.Status().RestoredKeys-before, a, limit)
 			if a != 0 {

@@ -125,6 +125,9 @@ const (
 	// applied.
 	recReset     = 'R'
 	recResetDone = 'D'
+	// recReplayed keeps the grants of a key that a replay applied in
+	// Redis, for a restore after a later data loss (keyState.replayed).
+	recReplayed = 'Y'
 )
 
 // Grant record flags.
@@ -334,6 +337,20 @@ func (e *jenc) known(pi uint64, skey string, k known) {
 	e.v(k.seed.Value)
 	e.v(k.seed.At)
 	e.v(k.at)
+	e.close(s)
+}
+
+func (e *jenc) replayed(pi uint64, skey string, to int64, grants []driver.Grant) {
+	s := e.open(recReplayed)
+	e.uv(pi)
+	e.str(skey)
+	e.v(to)
+	e.uv(uint64(len(grants)))
+	for _, g := range grants {
+		e.str(g.ID)
+		e.v(g.Cost)
+		e.v(g.At)
+	}
 	e.close(s)
 }
 
@@ -693,6 +710,20 @@ func (st *jstate) apply(b []byte) error {
 		if len(st.order) > 2*len(st.sealed)+64 {
 			st.order = slices.DeleteFunc(st.order, func(id string) bool { return st.sealed[id] == nil })
 		}
+	case recReplayed:
+		p, _ := pol()
+		skey := d.bytes()
+		to := d.v()
+		grants := make([]driver.Grant, d.count(3))
+		for i := range grants {
+			grants[i] = driver.Grant{ID: d.str(), Cost: d.v(), At: d.v()}
+		}
+		if !d.ok() || to <= 0 {
+			return errBadRec
+		}
+		k := st.key(skey, p)
+		k.ks.addReplayed(p, grants, to, to)
+		k.touch(to)
 	case recReset:
 		skey, id := d.str(), d.str()
 		if !d.ok() || id == "" {
@@ -809,7 +840,7 @@ func (st *jstate) prune(limit int) {
 		if len(k.open) > 0 {
 			continue
 		}
-		if !k.ks.leased && k.ks.known.at == 0 {
+		if !k.ks.leased && k.ks.known.at == 0 && k.ks.replayed == nil {
 			delete(st.keys, skey) // nothing known
 			continue
 		}
@@ -839,6 +870,12 @@ func (st *jstate) snapshot(e *jenc) {
 	for _, skey := range skeys {
 		if k := st.keys[skey]; k.ks.leased || k.ks.known.at > 0 {
 			e.lease(e.policy(k.p), k.p, skey, &k.ks)
+		}
+	}
+	// After the leases, whose records replace a key's whole state.
+	for _, skey := range skeys {
+		if k := st.keys[skey]; k.ks.replayed != nil {
+			e.replayed(e.policy(k.p), skey, k.ks.replayed.to, k.ks.replayed.grants)
 		}
 	}
 	order := st.order[:0]
@@ -974,10 +1011,14 @@ func (l *cell) restore(st *jstate, dropped int) jrestored {
 			r.open++
 			r.cost += g.Cost
 		}
-		if !k.ks.leased && k.ks.known.at == 0 {
+		if !k.ks.leased && k.ks.known.at == 0 && k.ks.replayed == nil {
 			continue
 		}
 		ks := k.ks
+		if r := ks.replayed; r != nil {
+			// The mirror keeps its own, as for the lease.
+			ks.replayed = &replayedGrants{grants: slices.Clone(r.grants), to: r.to}
+		}
 		if ks.lease != nil {
 			// The mirror keeps its own: the live one gets a copy.
 			if c := cloneLease(k.p, ks.lease); c != nil {
@@ -988,7 +1029,7 @@ func (l *cell) restore(st *jstate, dropped int) jrestored {
 		// policy's quota window (a token bucket refilled; a window and
 		// the one before), at the instance count's share.
 		ttl := leaseTTL(k.p, r.instances)
-		if ks.known.at > 0 {
+		if ks.known.at > 0 || ks.replayed != nil {
 			ks.tracked = l.recent.add(skey, k.p) // restored too if Redis lost its data meanwhile
 		}
 		l.leases.Update(skey, func(any, int64) (any, int64) { return &ks, ttl })
@@ -1135,6 +1176,19 @@ func (j *journal) acked(batches []driver.Batch, errs []error) {
 		}
 	}
 	j.enc.close(s)
+}
+
+// replayed records the grants of the batches whose error is nil, which a
+// replay applied in Redis by store time to (cell.noteReplayed).
+func (j *journal) replayed(batches []driver.Batch, errs []error, to int64) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for i := range batches {
+		if b := &batches[i]; errs[i] == nil && len(b.Grants) > 0 {
+			j.coal.off = -1
+			j.enc.replayed(j.enc.policy(b.Policy), b.Key, to, b.Grants)
+		}
+	}
 }
 
 // outageBegan has the flusher write the tracked keys' known states now.

@@ -533,3 +533,41 @@ func journalBenchCases() []journalBench {
 }
 
 func clockMicros() int64 { return time.Now().UnixMicro() }
+
+// TestJournalKeepsReplayedGrants: the grants a replay applied, recorded for
+// a restore after a later data loss, are read back with their replay's
+// time, and a snapshot of the state keeps them (after the key's lease
+// record, which replaces its state).
+func TestJournalKeepsReplayedGrants(t *testing.T) {
+	p, _ := tokenbucket.Policy("jr", 10, 1)
+	const skey = "hf:{jr:k}"
+	grants := []driver.Grant{{ID: "a", Cost: 2, At: 100}, {ID: "b", Cost: 3, At: 200}}
+	var e jenc
+	e.header()
+	e.replayed(e.policy(p), skey, 300, grants)
+	fillCRC(e.buf)
+	check := func(what string, st *jstate) {
+		t.Helper()
+		k := st.keys[skey]
+		if k == nil || k.ks.replayed == nil || k.ks.replayed.to != 300 || fmt.Sprint(k.ks.replayed.grants) != fmt.Sprint(grants) {
+			t.Fatalf("%s: key %+v, want the replayed grants %v at 300", what, k, grants)
+		}
+	}
+	st := newJState(1000)
+	if _, err := readFrames(e.buf, st.apply); err != nil {
+		t.Fatal(err)
+	}
+	check("appended", st)
+	st.keys[skey].ks.known = known{seed: driver.Seed{Value: 1, At: 50}, at: 50} // a lease record too
+	var snap jenc
+	st.snapshot(&snap)
+	fillCRC(snap.buf)
+	again := newJState(1000)
+	if _, err := readFrames(snap.buf, again.apply); err != nil {
+		t.Fatal(err)
+	}
+	check("snapshot", again)
+	if again.keys[skey].ks.known.at != 50 {
+		t.Fatalf("snapshot lost the known state: %+v", again.keys[skey].ks.known)
+	}
+}

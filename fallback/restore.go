@@ -311,6 +311,9 @@ func (l *cell) restoreBatches(ctx context.Context, batches []driver.Batch) (int,
 // the lease store no longer holds is passed over.
 func (l *cell) noteReplayed(batches []driver.Batch, errs []error) {
 	to := l.storeMicros()
+	if l.jnl != nil {
+		l.jnl.replayed(batches, errs, to)
+	}
 	for i := range batches {
 		b := &batches[i]
 		if errs[i] != nil || len(b.Grants) == 0 {

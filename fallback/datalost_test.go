@@ -453,16 +453,20 @@ func TestDataLossAfterReplayedGrants(t *testing.T) {
 				}
 				return admitted
 			}
-			// transitions waits until the breaker has made more than n
+			// transitions is how many breaker transitions the instance
+			// has made.
+			transitions := func() int {
+				in.mu.Lock()
+				defer in.mu.Unlock()
+				return len(in.seen[0])
+			}
+			// waitBack waits until the breaker has made more than n
 			// transitions and is closed with its log replayed.
 			waitBack := func(n int) {
 				t.Helper()
 				deadline := time.Now().Add(10 * time.Second)
 				for {
-					in.mu.Lock()
-					seen := len(in.seen[0])
-					in.mu.Unlock()
-					if st := l.Status(); seen > n && st.Breaker == "closed" && st.PendingLog == 0 {
+					if st := l.Status(); transitions() > n && st.Breaker == "closed" && st.PendingLog == 0 {
 						return
 					}
 					if time.Now().After(deadline) {
@@ -481,15 +485,11 @@ func TestDataLossAfterReplayedGrants(t *testing.T) {
 			if a := spend(); a != limit {
 				t.Fatalf("%d of %d admitted with the lease, want all (one instance)", a, limit)
 			}
-			in.mu.Lock()
-			n := len(in.seen[0])
-			in.mu.Unlock()
+			n := transitions()
 			srv.Restart(t)
 			waitBack(n)
 			// The grants are in Redis now; Redis loses them.
-			in.mu.Lock()
-			n = len(in.seen[0])
-			in.mu.Unlock()
+			n = transitions()
 			before := l.Status().RestoredKeys
 			if tc.restart {
 				time.Sleep(300 * time.Millisecond) // a journal flush

@@ -1,6 +1,7 @@
 package fallback
 
 import (
+	"slices"
 	"unsafe"
 
 	"github.com/holdfast/holdfast/core"
@@ -36,10 +37,12 @@ type keyState struct {
 }
 
 // replayedGrants are a key's grants that a replay applied (at most
-// maxReplayed, the newest), and to, a store time after that replay.
+// maxReplayed, the newest), to, a store time after that replay, and size,
+// their bytes for keyState.Size (which the lease store asks at every save).
 type replayedGrants struct {
 	grants []driver.Grant
 	to     int64
+	size   int64
 }
 
 // maxReplayed bounds the replayed grants a key keeps for a restore.
@@ -52,23 +55,18 @@ func (k *keyState) addReplayed(p core.Policy, grants []driver.Grant, to, now int
 		k.replayed = &replayedGrants{}
 	}
 	r := k.replayed
-	kept := r.grants[:0]
-	for _, g := range r.grants {
-		if !outdated(p, g.At, now) {
-			kept = append(kept, g)
-		}
-	}
-	for _, g := range grants {
-		if !outdated(p, g.At, now) {
-			kept = append(kept, g)
-		}
-	}
+	kept := slices.DeleteFunc(append(r.grants, grants...), func(g driver.Grant) bool { return outdated(p, g.At, now) })
 	if len(kept) > maxReplayed {
 		kept = append(kept[:0], kept[len(kept)-maxReplayed:]...)
 	}
-	r.grants, r.to = kept, max(r.to, to)
 	if len(kept) == 0 {
 		k.replayed = nil
+		return
+	}
+	r.grants, r.to = kept, max(r.to, to)
+	r.size = int64(unsafe.Sizeof(*r)) + int64(cap(kept))*int64(unsafe.Sizeof(driver.Grant{}))
+	for _, g := range kept {
+		r.size += int64(len(g.ID))
 	}
 }
 
@@ -79,13 +77,7 @@ func (k *keyState) replayedSince(p core.Policy, now int64) []driver.Grant {
 	if r == nil || k.known.at > r.to {
 		return nil
 	}
-	var out []driver.Grant
-	for _, g := range r.grants {
-		if !outdated(p, g.At, now) {
-			out = append(out, g)
-		}
-	}
-	return out
+	return slices.DeleteFunc(slices.Clone(r.grants), func(g driver.Grant) bool { return outdated(p, g.At, now) })
 }
 
 // known is the key's state in the last Redis reply, as its algorithm reads
@@ -102,11 +94,8 @@ func (k *keyState) Size() int64 {
 	if k.lease != nil {
 		s += k.lease.Size()
 	}
-	if r := k.replayed; r != nil {
-		s += int64(unsafe.Sizeof(*r))
-		for _, g := range r.grants {
-			s += int64(unsafe.Sizeof(g)) + int64(len(g.ID))
-		}
+	if k.replayed != nil {
+		s += k.replayed.size
 	}
 	return s
 }

@@ -256,20 +256,15 @@ func (l *cell) restoreKnown(ctx context.Context) error {
 		}
 		batches = append(batches, driver.Batch{ID: id, Key: tk.skey, Policy: tk.p, Seed: seed, Since: from})
 	}
-	restored := 0
-	for i, bs := range [][]driver.Batch{batches, grants} {
-		if len(bs) == 0 {
-			continue
-		}
-		n, err := l.restoreBatches(ctx, bs)
-		if err != nil {
-			l.restoreDue.Store(true)
-			return err
-		}
-		if i == 1 {
-			n = max(0, n-both) // keys counted with the first
-		}
-		restored += n
+	restored, err := l.restoreBatches(ctx, batches)
+	if err == nil {
+		var more int
+		more, err = l.restoreBatches(ctx, grants)
+		restored += max(0, more-both) // keys not counted with the first call
+	}
+	if err != nil {
+		l.restoreDue.Store(true)
+		return err
 	}
 	if restored == 0 {
 		return nil
@@ -283,6 +278,9 @@ func (l *cell) restoreKnown(ctx context.Context) error {
 // applied. A batch Redis refuses as a wrong request (a key of another
 // type) is skipped and logged; any other failure is the error.
 func (l *cell) restoreBatches(ctx context.Context, batches []driver.Batch) (int, error) {
+	if len(batches) == 0 {
+		return 0, nil
+	}
 	errs := l.rec.Reconcile(ctx, l.store, batches)
 	var failed []error
 	skipped := 0

@@ -1332,6 +1332,10 @@ func (j *journal) close() error {
 		return nil
 	}
 	j.stopFlusher()
+	// The known states as they stand now, not as the last outage began:
+	// if Redis loses its data before the next process starts, the restore
+	// writes back what was spent up to the stop.
+	j.writeKnown()
 	err := j.flush(true)
 	if p := j.st.pending(); p > 0 && err == nil {
 		j.logger.Info("holdfast saved outage log", "instance", j.id, "batches", len(j.st.sealed), "grants", p, "path", j.path)

@@ -84,11 +84,17 @@ func (l *cell) peek(ctx context.Context, pk driver.Peeker, p core.Policy, key st
 		if p.Algorithm().NeedsID() {
 			id = l.o.NewID()
 		}
-		raw, err := l.call(ctx, gen, pk.PeekScript(), []string{driver.StorageKey(l.o.Prefix, p.Name(), key)}, p.Algorithm().Args(p, cost, id, 0))
+		skey := driver.StorageKey(l.o.Prefix, p.Name(), key)
+		start := l.o.Clock()
+		raw, err := l.call(ctx, gen, pk.PeekScript(), []string{skey}, p.Algorithm().Args(p, cost, id, 0))
 		if err == nil {
 			var rep driver.Reply
 			if rep, err = driver.ParseReply(raw); err == nil {
-				l.setOffset(rep.Now)
+				// The reply is Redis's view of the key now, as a decision's
+				// is: it becomes the known state, so a lease started after
+				// it begins there. An admitting peek reads as if it had
+				// spent its cost (a known state that errs towards denying).
+				l.observe(skey, p, cost, start, rep)
 				return core.ResultOf(p.Limit(), rep, l.sharedMode, false), nil
 			}
 		}

@@ -157,8 +157,9 @@ func (in *instances) waitLive(t *testing.T) {
 
 // checkFaultPath waits until every instance is closed with an empty outage
 // log, then asserts each went Open after the fault began to be put in
-// place (and not before), and left Open (Reconciling, Closed) only after
-// the last moment the fault was known in place.
+// place (not before, but for one trip a loaded machine made and that had
+// ended when the fault came), and left Open (Reconciling, Closed) only
+// after the last moment the fault was known in place.
 func (in *instances) checkFaultPath(t *testing.T, r *faultRun) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
@@ -185,12 +186,26 @@ func (in *instances) checkFaultPath(t *testing.T, r *faultRun) {
 		}
 		t.Logf("app%d:%s (times from the fault's start; known in place until %+.3fs, lifted at %+.3fs; last failed call: %s)", i+1, path,
 			r.lastOn.Sub(r.injecting).Seconds(), r.lifted.Sub(r.injecting).Seconds(), last)
+		// Before the fault, one trip and its recovery is the breaker
+		// working as designed on a loaded machine (the race detector,
+		// parallel tests): three calls past the deadline in a row, which
+		// at the default 50 ms a stalled process can make. More, or a
+		// breaker not closed when the fault came, is a failure.
+		k := 0
+		for k < len(seen) && at[k].Before(r.injecting) {
+			k++
+		}
+		if k > 0 {
+			if k > 3 || seen[k-1] != fallback.Closed {
+				t.Errorf("app%d went through %v before the fault, want at most one trip and closed when it came", i+1, seen[:k])
+				continue
+			}
+			t.Logf("app%d tripped %v before the fault and was closed again when it came", i+1, r.injecting.Sub(at[0]).Round(time.Millisecond))
+			seen, at = seen[k:], at[k:]
+		}
 		if len(seen) == 0 || seen[0] != fallback.Open {
 			t.Errorf("app%d went through %v, want Open first", i+1, seen)
 			continue
-		}
-		if at[0].Before(r.injecting) {
-			t.Errorf("app%d opened %v before the fault", i+1, r.injecting.Sub(at[0]))
 		}
 		for j, s := range seen {
 			if s != fallback.Open && at[j].Before(r.lastOn) {

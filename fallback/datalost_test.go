@@ -13,6 +13,7 @@ import (
 	"github.com/holdfast/holdfast/algorithms/slidingwindow"
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	"github.com/holdfast/holdfast/core"
+	"github.com/holdfast/holdfast/fallback"
 	"github.com/holdfast/holdfast/internal/redistest"
 )
 
@@ -168,16 +169,63 @@ func (in *instances) waitRestored(t *testing.T, lost bool) {
 	}
 }
 
-// waitWindow waits, when p's quota window is about to turn (within 30 s),
-// until it has: the test's requests then fall in one fixed window.
+// waitWindow waits, when p is a sliding window counter whose fixed window
+// is about to turn (within 30 s), until it has: the test's requests then
+// fall in one fixed window. Other algorithms have no window that turns.
 func waitWindow(t *testing.T, p core.Policy) {
 	t.Helper()
 	w := p.Interval()
-	if w < time.Minute {
+	if p.Algorithm() != slidingcounter.Algorithm || w < time.Minute {
 		return
 	}
 	if left := w - time.Duration(time.Now().UnixNano())%w; left < 30*time.Second {
 		time.Sleep(left + 100*time.Millisecond)
+	}
+}
+
+// spentPolicies returns a quota of limit on each algorithm, named prefix
+// and the algorithm's initial, that nothing gives back during a test: a
+// token bucket refilled once in 1000 s, and windows of an hour (see
+// waitWindow).
+func spentPolicies(prefix string, limit int64) (tb, sw, sc core.Policy) {
+	tb, _ = tokenbucket.Policy(prefix+"-tb", limit, 0.001)
+	sw, _ = slidingwindow.Policy(prefix+"-sw", limit, time.Hour)
+	sc, _ = slidingcounter.Policy(prefix+"-sc", limit, time.Hour)
+	return tb, sw, sc
+}
+
+// spend makes n requests of policy p on key through l and returns how many
+// were admitted; any error, or a decision by another path than mode
+// (unless mode is ModeNone), fails the test.
+func spend(t *testing.T, l *fallback.Limiter, p core.Policy, key string, n int, mode core.Mode) (admitted int) {
+	t.Helper()
+	for i := range n {
+		r, err := l.Allow(context.Background(), p, key)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if mode != core.ModeNone && r.Mode != mode {
+			t.Fatalf("request %d: %+v, want decided by %v", i, r, mode)
+		}
+		if r.Allowed {
+			admitted++
+		}
+	}
+	return admitted
+}
+
+// killOpen kills srv and makes requests of p on a key of their own through
+// l until its breaker is open (at most 5 s).
+func killOpen(t *testing.T, srv *redistest.Server, l *fallback.Limiter, p core.Policy) {
+	t.Helper()
+	srv.Kill()
+	for end := time.Now().Add(5 * time.Second); l.Status().Breaker != "open"; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("breaker not open 5 s after Redis was killed: %+v", l.Status())
+		}
+		if _, err := l.Allow(context.Background(), p, "warm-up"); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -417,9 +465,7 @@ func TestDataLossBackTwice(t *testing.T) {
 // between the replay and the loss.
 func TestDataLossAfterReplayedGrants(t *testing.T) {
 	const limit = 10
-	tb, _ := tokenbucket.Policy("dr-tb", limit, 0.001)
-	sw, _ := slidingwindow.Policy("dr-sw", limit, time.Hour)
-	sc, _ := slidingcounter.Policy("dr-sc", limit, time.Hour)
+	tb, sw, sc := spentPolicies("dr", limit)
 	for _, tc := range []struct {
 		backend string
 		p       core.Policy
@@ -440,19 +486,6 @@ func TestDataLossAfterReplayedGrants(t *testing.T) {
 			in := startInstances(t, tc.backend, srv.URL(), 1, dir)
 			l := in.lims[0]
 			time.Sleep(300 * time.Millisecond) // the epoch is read
-			ctx := context.Background()
-			spend := func() (admitted int) {
-				for i := range limit {
-					r, err := l.Allow(ctx, tc.p, "client-1")
-					if err != nil {
-						t.Fatalf("request %d: %v", i, err)
-					}
-					if r.Allowed {
-						admitted++
-					}
-				}
-				return admitted
-			}
 			// transitions is how many breaker transitions the instance
 			// has made.
 			transitions := func() int {
@@ -475,14 +508,8 @@ func TestDataLossAfterReplayedGrants(t *testing.T) {
 					time.Sleep(20 * time.Millisecond)
 				}
 			}
-			srv.Kill()
-			for l.Status().Breaker != "open" {
-				if _, err := l.Allow(ctx, tc.p, "warm-up"); err != nil {
-					t.Fatal(err)
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
-			if a := spend(); a != limit {
+			killOpen(t, srv, l, tc.p)
+			if a := spend(t, l, tc.p, "client-1", limit, core.ModeLocal); a != limit {
 				t.Fatalf("%d of %d admitted with the lease, want all (one instance)", a, limit)
 			}
 			n := transitions()
@@ -506,7 +533,7 @@ func TestDataLossAfterReplayedGrants(t *testing.T) {
 				srv.Restart(t)
 				waitBack(n)
 			}
-			a := spend()
+			a := spend(t, l, tc.p, "client-1", limit, core.ModeNone)
 			t.Logf("after the second loss: %d restored keys, %d of %d admitted", l.Status().RestoredKeys-before, a, limit)
 			if a != 0 {
 				t.Errorf("%d of a spent quota of %d admitted after Redis lost the replayed grants, want 0", a, limit)
@@ -525,9 +552,7 @@ func TestDataLossAfterReplayedGrants(t *testing.T) {
 // holds the replayed grants: they are not written back a second time.
 func TestDataLossAfterCleanRestart(t *testing.T) {
 	const limit, spent = 10, 7
-	tb, _ := tokenbucket.Policy("cr-tb", limit, 0.001)
-	sw, _ := slidingwindow.Policy("cr-sw", limit, time.Hour)
-	sc, _ := slidingcounter.Policy("cr-sc", limit, time.Hour)
+	tb, sw, sc := spentPolicies("cr", limit)
 	for _, tc := range []struct {
 		backend  string
 		p        core.Policy
@@ -545,40 +570,17 @@ func TestDataLossAfterCleanRestart(t *testing.T) {
 			in := startInstances(t, tc.backend, srv.URL(), 1, dir)
 			l := in.lims[0]
 			time.Sleep(300 * time.Millisecond) // the epoch is read
-			ctx := context.Background()
-			spend := func(n int, mode core.Mode) (admitted int) {
-				t.Helper()
-				for i := range n {
-					r, err := l.Allow(ctx, tc.p, "client-1")
-					if err != nil {
-						t.Fatalf("request %d: %v", i, err)
-					}
-					if r.Allowed {
-						admitted++
-					}
-					if mode != core.ModeNone && r.Mode != mode {
-						t.Fatalf("request %d decided %v, want %v", i, r.Mode, mode)
-					}
-				}
-				return admitted
-			}
 			through := spent
 			if tc.replayed {
 				through = 2
-				srv.Kill()
-				for l.Status().Breaker != "open" {
-					if _, err := l.Allow(ctx, tc.p, "warm-up"); err != nil {
-						t.Fatal(err)
-					}
-					time.Sleep(5 * time.Millisecond)
-				}
-				if a := spend(spent-through, core.ModeLocal); a != spent-through {
+				killOpen(t, srv, l, tc.p)
+				if a := spend(t, l, tc.p, "client-1", spent-through, core.ModeLocal); a != spent-through {
 					t.Fatalf("%d of %d admitted with the lease, want all (one instance)", a, spent-through)
 				}
 				srv.Restart(t)
 				in.waitRestored(t, false)
 			}
-			if a := spend(through, core.ModeRedis); a != through {
+			if a := spend(t, l, tc.p, "client-1", through, core.ModeRedis); a != through {
 				t.Fatalf("%d of %d admitted through Redis, want all", a, through)
 			}
 			if err := l.Close(); err != nil {
@@ -589,7 +591,7 @@ func TestDataLossAfterCleanRestart(t *testing.T) {
 			in = startInstances(t, tc.backend, srv.URL(), 1, dir)
 			l = in.lims[0]
 			in.waitRestored(t, true)
-			a := spend(limit, core.ModeNone)
+			a := spend(t, l, tc.p, "client-1", limit, core.ModeNone)
 			t.Logf("after the loss: %d restored keys, %d of %d admitted", l.Status().RestoredKeys, a, limit)
 			if a != limit-spent {
 				t.Errorf("%d of a quota of %d with %d spent admitted after the restart and the loss, want %d", a, limit, spent, limit-spent)

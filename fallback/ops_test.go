@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/holdfast/holdfast/algorithms/slidingcounter"
 	"github.com/holdfast/holdfast/algorithms/slidingwindow"
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	"github.com/holdfast/holdfast/core"
@@ -299,49 +298,26 @@ func TestLifecycle(t *testing.T) {
 // stay as fresh as the first's.)
 func TestPeekSeedsLease(t *testing.T) {
 	const limit = 10
-	tb, _ := tokenbucket.Policy("pk-tb", limit, 0.001)
-	sw, _ := slidingwindow.Policy("pk-sw", limit, time.Hour)
-	sc, _ := slidingcounter.Policy("pk-sc", limit, time.Hour)
+	tb, sw, sc := spentPolicies("pk", limit)
 	for _, tc := range []struct {
 		backend string
 		p       core.Policy
 	}{{"goredis", tb}, {"rueidis", sw}, {"goredis", sc}} {
 		t.Run(tc.backend+"/"+tc.p.Algorithm().Name(), func(t *testing.T) {
 			t.Parallel()
-			if tc.p.Algorithm().Name() == slidingcounter.Name {
-				waitWindow(t, tc.p) // its fixed window does not turn during the test
-			}
+			waitWindow(t, tc.p)
 			srv := redistest.Start(t)
 			in := startInstances(t, tc.backend, srv.URL(), 2, "")
 			time.Sleep(300 * time.Millisecond) // both heartbeats in: 2 instances
-			ctx := context.Background()
 			spender, peeker := in.lims[0], in.lims[1]
-			for i := range limit {
-				if r, err := spender.Allow(ctx, tc.p, "client-1"); err != nil || !r.Allowed || r.Mode != core.ModeRedis {
-					t.Fatalf("request %d: %+v %v, want admitted through Redis", i, r, err)
-				}
+			if a := spend(t, spender, tc.p, "client-1", limit, core.ModeRedis); a != limit {
+				t.Fatalf("%d of %d admitted through Redis, want all", a, limit)
 			}
-			if r, err := peeker.Peek(ctx, tc.p, "client-1", 1); err != nil || r.Allowed || r.Mode != core.ModeRedis {
+			if r, err := peeker.Peek(context.Background(), tc.p, "client-1", 1); err != nil || r.Allowed || r.Mode != core.ModeRedis {
 				t.Fatalf("peek: %+v %v, want denied through Redis", r, err)
 			}
-			srv.Kill()
-			for peeker.Status().Breaker != "open" {
-				if _, err := peeker.Allow(ctx, tc.p, "warm-up"); err != nil {
-					t.Fatal(err)
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
-			admitted := 0
-			for i := range limit {
-				r, err := peeker.Allow(ctx, tc.p, "client-1")
-				if err != nil || r.Mode != core.ModeLocal {
-					t.Fatalf("request %d: %+v %v, want decided locally", i, r, err)
-				}
-				if r.Allowed {
-					admitted++
-				}
-			}
-			if admitted != 0 {
+			killOpen(t, srv, peeker, tc.p)
+			if admitted := spend(t, peeker, tc.p, "client-1", limit, core.ModeLocal); admitted != 0 {
 				t.Errorf("%d of a spent quota of %d admitted from the lease after a peek saw it spent, want 0", admitted, limit)
 			}
 		})

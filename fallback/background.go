@@ -42,6 +42,11 @@ func (l *cell) heartbeat(ctx context.Context) (lost bool, err error) {
 		return false, driver.Errorf(core.ErrMalformedReply, "membership reply %v", raw)
 	}
 	l.setInstances(max(raw[0], 1))
+	if l.breaker.State() == Closed {
+		// A count learned while deciding through Redis: the fleet's, not
+		// that of the instances back first from an outage.
+		l.countKnown.Store(true)
+	}
 	l.setOffset(raw[1])
 	return l.readEpoch(ctx)
 }
@@ -218,12 +223,20 @@ var recoverySource string
 var recoveryScript = driver.NewScript("recovery", recoverySource, nil)
 
 // recover is the breaker's Reconcile: replay the log, then wait at the
-// recovery barrier until every instance of this outage has had time to find
-// Redis back and replay its own log; then the breaker closes and what was
-// granted meanwhile is flushed at once (see flushNow). Instances thus return
-// to Redis together, and a decision through Redis misses at most the grants
-// another instance made in the last moments before the barrier, for as long
-// as one flush takes.
+// recovery barrier until every instance of this outage has found Redis back
+// and replayed its own log, or has had time to; then the breaker closes and
+// what was granted meanwhile is flushed at once (see flushNow). Instances
+// thus return to Redis together, and a decision through Redis misses at most
+// the grants another instance made in the last moments before the barrier,
+// for as long as one flush takes.
+//
+// The barrier's time is set two probe intervals and two call deadlines
+// ahead by the first instance to arrive (recovery.lua); it comes forward
+// to the moment the last of the instances the arrivals counted before the
+// outage arrives, each after its replay, which the waiting instances learn
+// by reading it every barrierPoll. An instance that counted no one (it
+// started during the outage) or one that does not come back keeps it at
+// its time.
 func (l *cell) recover(ctx context.Context) error {
 	if err := l.reconcile(ctx); err != nil {
 		return err
@@ -235,23 +248,64 @@ func (l *cell) recover(ctx context.Context) error {
 		return err
 	}
 	ahead := 2*l.breaker.ProbeInterval() + 2*l.breaker.CallTimeout()
-	cctx, cancel := context.WithTimeout(ctx, l.breaker.CallTimeout())
-	raw, err := l.store.Run(cctx, recoveryScript, []string{l.barrier}, []string{strconv.FormatInt(ahead.Microseconds(), 10)})
-	cancel()
+	wait, err := l.atBarrier(ctx, ahead, true)
 	if err != nil {
-		return fmt.Errorf("fallback: recovery barrier: %w", err)
+		return err
 	}
-	if len(raw) != 2 {
-		return driver.Errorf(core.ErrMalformedReply, "recovery barrier reply %v", raw)
+	if wait <= 0 {
+		return nil
 	}
-	if wait := time.Duration(raw[0]-raw[1]) * time.Microsecond; wait > 0 {
+	end := l.o.Clock().Add(min(wait, 2*ahead))
+	polling := true
+	for {
+		left := end.Sub(l.o.Clock())
+		if left <= 0 {
+			return nil
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-l.o.After(min(wait, 2*ahead)):
+		case <-l.o.After(min(left, barrierPoll)):
+		}
+		if !polling {
+			continue
+		}
+		switch wait, err := l.atBarrier(ctx, ahead, false); {
+		case err != nil:
+			// The time already read stands: a Redis gone again fails
+			// the first decisions after it and opens the breaker.
+			polling = false
+		case wait <= 0:
+			return nil
 		}
 	}
-	return nil
+}
+
+// barrierPoll is how often an instance waiting at the recovery barrier
+// reads whether the barrier came forward: every instance it waits for has
+// arrived.
+const barrierPoll = 25 * time.Millisecond
+
+// atBarrier runs the recovery barrier's script (recovery.lua), as this
+// instance's arrival (arrive) or a read, and returns how long to wait.
+func (l *cell) atBarrier(ctx context.Context, ahead time.Duration, arrive bool) (time.Duration, error) {
+	args := []string{strconv.FormatInt(ahead.Microseconds(), 10), "", "0"}
+	if arrive {
+		args[1] = l.o.ID
+		if l.countKnown.Load() {
+			args[2] = strconv.FormatInt(l.instances.Load(), 10)
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, l.breaker.CallTimeout())
+	raw, err := l.store.Run(cctx, recoveryScript, []string{l.barrier, l.barrier + ":in"}, args)
+	cancel()
+	if err != nil {
+		return 0, fmt.Errorf("fallback: recovery barrier: %w", err)
+	}
+	if len(raw) != 2 {
+		return 0, driver.Errorf(core.ErrMalformedReply, "recovery barrier reply %v", raw)
+	}
+	return time.Duration(raw[0]-raw[1]) * time.Microsecond, nil
 }
 
 // reconcile replays the outage log until it is empty: grants keep arriving

@@ -75,3 +75,6 @@ func (l *Limiter) MarkStarted() { l.life.CompareAndSwap(0, 3) }
 // records not yet flushed are lost, and nothing more is written. l goes
 // on; Crash it after.
 func (l *Limiter) AbandonJournal() { l.cell.jnl.abandon() }
+
+// BarrierPoll is how often an instance at the recovery barrier reads it.
+const BarrierPoll = barrierPoll

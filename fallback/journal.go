@@ -981,6 +981,7 @@ func (l *cell) restore(st *jstate, dropped int) jrestored {
 	r := jrestored{instances: int64(l.o.ExpectedInstances), dropped: dropped}
 	if st.counted {
 		r.instances = max(r.instances, st.count)
+		l.countKnown.Store(true)
 		l.offset.Store(st.offset)
 		// The epoch read before the restart: a Redis that lost its data
 		// meanwhile is found at the first read (see noteEpoch).

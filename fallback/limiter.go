@@ -238,10 +238,15 @@ type cell struct {
 	sharedMode core.Mode
 
 	instances atomic.Int64
-	countMu   sync.Mutex
-	lowSince  int64        // when the live count was first seen below instances (UnixNano), 0 if not
-	lowMax    int64        // the highest count seen since lowSince
-	offset    atomic.Int64 // store time minus local time, microseconds
+	// countKnown is set once instances holds a count this instance learned
+	// while closed (a heartbeat), kept in its state dir, or was configured
+	// (ExpectedInstances above 1): the recovery barrier counts arrivals
+	// against it (recovery.lua).
+	countKnown atomic.Bool
+	countMu    sync.Mutex
+	lowSince   int64        // when the live count was first seen below instances (UnixNano), 0 if not
+	lowMax     int64        // the highest count seen since lowSince
+	offset     atomic.Int64 // store time minus local time, microseconds
 	// offsetKnown is set once a reply has told the offset: from then on
 	// decision calls carry their deadline in Redis time.
 	offsetKnown   atomic.Bool
@@ -375,6 +380,7 @@ func newCell(store driver.Store, o Options, tag string, changed func(from, to St
 	l.epochKey = []string{l.members + ":epoch", l.members + ":gen", l.members + ":renewed"}
 
 	l.instances.Store(int64(o.ExpectedInstances))
+	l.countKnown.Store(o.ExpectedInstances > 1)
 	l.sharedMode = core.ModeRedis
 	if driver.IsLocal(store) {
 		l.sharedMode = core.ModeLocal // a memory store: nothing is shared

@@ -74,26 +74,13 @@ func (c *fakeClock) pending(d time.Duration) bool {
 	return false
 }
 
-// timers is the number of timers of duration d waiting.
-func (c *fakeClock) timers(d time.Duration) int {
+// timers is the number of timers waiting whose duration d satisfies of.
+func (c *fakeClock) timers(of func(d time.Duration) bool) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := 0
 	for _, w := range c.waiters {
-		if w.d == d {
-			n++
-		}
-	}
-	return n
-}
-
-// timersUpTo is the number of timers of duration d or less waiting.
-func (c *fakeClock) timersUpTo(d time.Duration) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := 0
-	for _, w := range c.waiters {
-		if w.d <= d {
+		if of(w.d) {
 			n++
 		}
 	}
@@ -254,7 +241,7 @@ func TestBarrierComesForward(t *testing.T) {
 				}
 			}
 			store.heal()
-			until(t, "both probe loops wait a probe interval", func() bool { return clk.timers(probe) >= 2 })
+			until(t, "both probe loops wait a probe interval", func() bool { return clk.timers(func(d time.Duration) bool { return d == probe }) >= 2 })
 			clk.Advance(probe)
 			closed := func() bool {
 				return a.Breaker().State() == fallback.Closed && b.Breaker().State() == fallback.Closed
@@ -274,7 +261,7 @@ func TestBarrierComesForward(t *testing.T) {
 						return false
 					}
 				}
-				return clk.timersUpTo(fallback.BarrierPoll) >= want
+				return clk.timers(func(d time.Duration) bool { return d <= fallback.BarrierPoll }) >= want
 			}
 			var waited time.Duration
 			for !closed() && waited < barrier+time.Second {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -131,9 +132,12 @@ func TestFaultEndToEnd(t *testing.T) {
 					t.Errorf("progress lacks %q", want)
 				}
 			}
-			// Leases decided while Redis refused: its breakers opened
-			// (after a flush, to restore: reconciling is what shows).
-			if !strings.Contains(out, "OOOO") && (tc.fault != "flush" && tc.fault != "stale" || !strings.Contains(out, "RRRR")) {
+			// Leases decided while Redis refused: its breakers opened.
+			// After a flush or a stale copy they open only to restore,
+			// and the recovery barrier lets them close once all have
+			// (well within a second): a sample may catch them
+			// reconciling, or only the leases' admissions show.
+			if !strings.Contains(out, "OOOO") && (tc.fault != "flush" && tc.fault != "stale" || !strings.Contains(out, "RRRR") && !decidedLocally(out)) {
 				t.Errorf("no second with every breaker open:\n%s", out)
 			}
 			page, _ := os.ReadFile(filepath.Join(report, HTMLFile))
@@ -144,6 +148,21 @@ func TestFaultEndToEnd(t *testing.T) {
 			}
 		})
 	}
+}
+
+// decidedLocally reports whether a second of the cluster's table counts
+// admissions decided by a lease (its "local" column).
+func decidedLocally(out string) bool {
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) != 11 {
+			continue
+		}
+		if _, err := strconv.Atoi(f[0]); err == nil && f[8] != "0" {
+			return true
+		}
+	}
+	return false
 }
 
 // runShort runs the cluster command with args and the serve binary bin,

@@ -240,6 +240,10 @@ func TestBarrierComesForward(t *testing.T) {
 					t.Fatalf("in the fault: breaker %v, want open", s)
 				}
 			}
+			// Each lease holds at least 10 of the 20: all 12 admitted.
+			if admitted != 12 {
+				t.Fatalf("in the fault: %d admitted of 12 asked, want 12 (each lease holds 10 or more)", admitted)
+			}
 			store.heal()
 			until(t, "both probe loops wait a probe interval", func() bool { return clk.timers(func(d time.Duration) bool { return d == probe }) >= 2 })
 			clk.Advance(probe)

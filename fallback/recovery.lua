@@ -49,17 +49,8 @@ if not mine then
 end
 local id = ARGV[2]
 if id and id ~= '' and id ~= '@' then
-  local c = tonumber(ARGV[3]) or 0
-  redis.call('ZADD', arrivals, string.format('%d', c), id)
-  local found = false
-  for k = 1, #list, 2 do
-    if list[k] == id then
-      list[k + 1], found = c, true
-    end
-  end
-  if not found then
-    list[#list + 1], list[#list + 2] = id, c
-  end
+  redis.call('ZADD', arrivals, string.format('%d', tonumber(ARGV[3]) or 0), id)
+  list = redis.call('ZRANGE', arrivals, 0, -1, 'WITHSCORES')
 end
 redis.call('PEXPIRE', arrivals, ttl)
 local n, want = 0, 0

@@ -104,7 +104,7 @@ func Default() Config {
 		LocalDuration: 400 * time.Millisecond, Procs: []int{1, 2},
 		OutageWindow: 5 * time.Second, OutageG: 16, OutagePace: time.Millisecond,
 		CallTimeout: 50 * time.Millisecond, OutageBackends: []string{"rueidis", "go-redis"},
-		ReconcileSizes: []int{1_000, 10_000, 100_000, 1_000_000}, ReconcileBigReps: 1,
+		ReconcileSizes: []int{1_000, 10_000, 100_000, 1_000_000}, ReconcileBigReps: 3,
 		MemoryKeys:      100_000,
 		CeilingRequests: 200_000, CeilingRandom: 100_000,
 		RecoveryInstances: 4, RecoveryKeys: 25_000, RecoveryReps: 3,

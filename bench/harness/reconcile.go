@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/holdfast/holdfast/algorithms/slidingcounter"
 	"github.com/holdfast/holdfast/algorithms/slidingwindow"
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
@@ -33,6 +35,10 @@ type reconcileResult struct {
 	// RedisUsPerKey is Redis's CPU time (INFO cpu) per key replayed, one
 	// figure per run.
 	RedisUsPerKey map[reconcileCell][]float64
+	// Expired is how many keys Redis expired during the replay (INFO
+	// stats expired_keys), one figure per run: keys replayed early whose
+	// TTL ended before the replay did, deleted by Redis on the same core.
+	Expired map[reconcileCell][]int64
 	// Extra are the rows besides the algorithms', run at sizes up to 100k
 	// keys: the floor rows (floorBodies), the token bucket's replay calls
 	// with another body; and the rows of extraRows.
@@ -106,7 +112,7 @@ func (h *harness) reconcile(ctx context.Context) error {
 	res := &reconcileResult{
 		Backends: []string{"rueidis", "go-redis"}, Algs: []string{tokenbucket.Name, slidingwindow.Name, slidingcounter.Name},
 		Sizes: h.cfg.ReconcileSizes, Grants: grantsPerKey, Runs: map[reconcileCell][]time.Duration{}, Failed: map[reconcileCell]int{},
-		RedisUsPerKey: map[reconcileCell][]float64{}, Extra: []string{scriptsTB, scriptsSW, presentTB, floorNoop, floorSet},
+		RedisUsPerKey: map[reconcileCell][]float64{}, Expired: map[reconcileCell][]int64{}, Extra: []string{scriptsTB, scriptsSW, presentTB, floorNoop, floorSet},
 	}
 	h.report.Reconcile = res
 	stores := map[string]driver.Store{}
@@ -185,6 +191,10 @@ func (h *harness) reconcile(ctx context.Context) error {
 					if err != nil {
 						return err
 					}
+					exp0, err := redisExpired(ctx, h.admin)
+					if err != nil {
+						return err
+					}
 					t0 := time.Now()
 					var failed int
 					err = replayTimed(ctx, rec, stores[b], pols[alg], id, n, &t0, &failed)
@@ -196,11 +206,17 @@ func (h *harness) reconcile(ctx context.Context) error {
 					if err != nil {
 						return err
 					}
+					exp1, err := redisExpired(ctx, h.admin)
+					if err != nil {
+						return err
+					}
 					c := reconcileCell{Backend: b, Alg: alg, Keys: n}
 					res.Runs[c] = append(res.Runs[c], took)
 					res.Failed[c] += failed
 					res.RedisUsPerKey[c] = append(res.RedisUsPerKey[c], (cpu1-cpu0)*1e6/float64(n))
-					h.progress("reconcile %-8s %-14s %6d keys rep %d: %v (%d batches failed first time)", b, alg, n, rep+1, took.Round(time.Microsecond), failed)
+					res.Expired[c] = append(res.Expired[c], exp1-exp0)
+					h.progress("reconcile %-8s %-14s %6d keys rep %d: %v (%d batches failed first time, %.1f µs Redis CPU a key, %d keys expired meanwhile)",
+						b, alg, n, rep+1, took.Round(time.Microsecond), failed, (cpu1-cpu0)*1e6/float64(n), exp1-exp0)
 				}
 			}
 		}
@@ -222,6 +238,16 @@ func fillBuckets(ctx context.Context, h *harness, p core.Policy, n int) error {
 		}
 	}
 	return nil
+}
+
+// redisExpired is Redis's count of keys expired since it started (INFO
+// stats expired_keys).
+func redisExpired(ctx context.Context, c *redis.Client) (int64, error) {
+	info, err := c.Info(ctx, "stats").Result()
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(infoFields(info)["expired_keys"], 10, 64)
 }
 
 func replay(ctx context.Context, r *reconcile.Reconciler, s driver.Store, p core.Policy, id string, n int) error {

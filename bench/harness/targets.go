@@ -146,8 +146,11 @@ func (r *Report) Verdicts() []Verdict {
 						continue
 					}
 					d := time.Duration(median(runs, func(d time.Duration) float64 { return float64(d) }))
-					add(fmt.Sprintf("%s keys reconciled ≤ %v, %s, %s", fmtRate(float64(t.keys)), t.limit, alg, bk),
-						fmt.Sprintf("%s (%.1f µs of Redis CPU a key)", fmtDur(d), stats.Summarize(rc.RedisUsPerKey[c]).Median),
+					got := fmt.Sprintf("%s (%.1f µs of Redis CPU a key", fmtDur(d), stats.Summarize(rc.RedisUsPerKey[c]).Median)
+					if x := median(rc.Expired[c], func(v int64) float64 { return float64(v) }); x > 0 {
+						got += fmt.Sprintf(", %s keys expired meanwhile", fmtRate(x))
+					}
+					add(fmt.Sprintf("%s keys reconciled ≤ %v, %s, %s", fmtRate(float64(t.keys)), t.limit, alg, bk), got+")",
 						d <= t.limit, pct(float64(d), float64(t.limit)))
 				}
 			}

@@ -150,13 +150,23 @@ func outdated(p core.Policy, at, now int64) bool {
 // reply came in between. Restarting it from a known state older than its own
 // decisions would hand out again what it granted meanwhile.
 func (k *keyState) decideLease(p core.Policy, n, now, cost int64) (driver.Reply, bool) {
+	var r driver.Reply
+	ok := k.decideLeaseInto(p, n, now, cost, &r)
+	return r, ok
+}
+
+// decideLeaseInto is decideLease with its reply in *out, as the local
+// decision's path takes it (cell.localInto).
+func (k *keyState) decideLeaseInto(p core.Policy, n, now, cost int64, out *driver.Reply) bool {
 	if !k.leased || k.known.at > k.last || k.lease == nil {
 		if !k.startLease(p, now) {
-			return driver.Reply{RetryAfter: p.Interval().Microseconds(), Now: now}, false
+			*out = driver.Reply{RetryAfter: p.Interval().Microseconds(), Now: now}
+			return false
 		}
 	}
 	k.leased, k.last = true, max(k.last, now)
-	return k.lease.Decide(p, n, now, cost), true
+	*out = k.lease.Decide(p, n, now, cost)
+	return true
 }
 
 // startLease starts the lease of policy p from the known state, for a first

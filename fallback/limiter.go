@@ -644,17 +644,22 @@ func (l *Limiter) AllowN(ctx context.Context, p core.Policy, key string, cost in
 	if err := l.usable(); err != nil {
 		return core.Result{}, err
 	}
-	return l.cellOf(p, key).decide(ctx, p, key, cost)
+	var r core.Result
+	err := l.cellOf(p, key).decide(ctx, p, key, cost, &r)
+	return r, err
 }
 
-// decide is AllowN for a checked request. The storage key is built only
-// for a call to Redis or a grant to log: a decision from the leases or the
-// denial memory on a known key allocates nothing.
-func (l *cell) decide(ctx context.Context, p core.Policy, key string, cost int64) (core.Result, error) {
+// decide is AllowN for a checked request, its result in *out (a result
+// passed up through three calls by value is copied through memory at
+// each; this is every local decision's path). The storage key is built
+// only for a call to Redis or a grant to log: a decision from the leases
+// or the denial memory on a known key allocates nothing.
+func (l *cell) decide(ctx context.Context, p core.Policy, key string, cost int64, out *core.Result) error {
 	gen, closed := l.breaker.Allow()
 	if closed && !l.o.NoDenialMemory {
 		if r, ok := l.recalled(p, key, cost); ok {
-			return r, nil
+			*out = r
+			return nil
 		}
 	}
 	var id string
@@ -664,7 +669,8 @@ func (l *cell) decide(ctx context.Context, p core.Policy, key string, cost int64
 	if closed {
 		r, _, err := l.remote(ctx, gen, p, key, cost, id)
 		if err == nil || core.ClassOf(err) == core.ClassRequest || ctx.Err() != nil {
-			return r, err
+			*out = r
+			return err
 		}
 		// The store could not decide: an outage to the breaker, and the
 		// request is decided locally by its outage mode. If the call failed
@@ -674,7 +680,7 @@ func (l *cell) decide(ctx context.Context, p core.Policy, key string, cost int64
 		// (under-admission of one request). A sliding window grant keeps
 		// the same request id, so there the replay adds it once anyway.
 	}
-	return l.local(ctx, p, key, cost, id)
+	return l.localInto(ctx, p, key, cost, id, out)
 }
 
 // deadline is the deadline argument (driver.DeadlineArg) of a call sent at
@@ -783,16 +789,26 @@ func (l *cell) observe(skey string, p core.Policy, cost int64, sent time.Time, r
 
 // local decides without the store, by the policy's outage mode.
 func (l *cell) local(ctx context.Context, p core.Policy, key string, cost int64, id string) (core.Result, error) {
+	var r core.Result
+	err := l.localInto(ctx, p, key, cost, id, &r)
+	return r, err
+}
+
+// localInto is local with its result in *out.
+func (l *cell) localInto(ctx context.Context, p core.Policy, key string, cost int64, id string, out *core.Result) error {
 	switch l.outageMode(p) {
 	case FailClosed:
-		return core.Result{Limit: p.Limit(), RetryAfter: l.breaker.ProbeInterval(), Mode: core.ModeFailClosed, Degraded: true}, nil
+		*out = core.Result{Limit: p.Limit(), RetryAfter: l.breaker.ProbeInterval(), Mode: core.ModeFailClosed, Degraded: true}
+		return nil
 	case FailOpen:
 		g := driver.Grant{ID: id, Cost: cost, At: l.storeMicros()}
 		if _, err := l.log.addParts(key, p, driver.Seed{}, g); err != nil {
-			return core.Result{Limit: p.Limit(), RetryAfter: time.Second, Mode: core.ModeFailOpen, Degraded: true}, nil
+			*out = core.Result{Limit: p.Limit(), RetryAfter: time.Second, Mode: core.ModeFailOpen, Degraded: true}
+			return nil
 		}
 		l.journalGrant(grantLogged, p, key, driver.Seed{}, id, cost, g.At, 1)
-		return core.Result{Allowed: true, Limit: p.Limit(), Remaining: p.Limit(), Mode: core.ModeFailOpen, Degraded: true}, nil
+		*out = core.Result{Allowed: true, Limit: p.Limit(), Remaining: p.Limit(), Mode: core.ModeFailOpen, Degraded: true}
+		return nil
 	}
 	n := l.instances.Load()
 	// While recovering, a grant is replayed at once (below), not logged.
@@ -806,7 +822,7 @@ func (l *cell) local(ctx context.Context, p core.Policy, key string, cost int64,
 		if ks == nil {
 			ks = &keyState{}
 		}
-		rep, _ = ks.decideLease(p, n, now, cost) // an algorithm without a lease denies
+		ks.decideLeaseInto(p, n, now, cost, &rep) // an algorithm without a lease denies
 		seed = ks.seed
 		if rep.Allowed && !confirming {
 			// Logged under the key's lock: a coalescing grant joins the
@@ -821,7 +837,9 @@ func (l *cell) local(ctx context.Context, p core.Policy, key string, cost int64,
 		}
 		return ks, rep.ResetAfter + int64(time.Second/time.Microsecond)
 	})
-	r := core.ResultOf(share(p.Limit(), n), rep, core.ModeLocal, true)
+	*out = core.ResultOf(share(p.Limit(), n), rep, core.ModeLocal, true)
+	// r is the result, adjusted below.
+	r := out
 	if r.Allowed && !logged { // confirming: not logged above
 		// Redis is back and this instance's log is replayed: the grant is
 		// replayed at once, in the recovery's merge log, instead of waiting
@@ -835,7 +853,7 @@ func (l *cell) local(ctx context.Context, p core.Policy, key string, cost int64,
 		l.noteReplayed([]driver.Batch{b}, errs)
 		if errs[0] == nil {
 			l.journalGrant(grantLeased, p, key, seed, id, cost, rep.Now, n)
-			return r, nil
+			return nil
 		}
 		if _, logErr = l.log.addParts(key, p, seed, b.Grants[0]); logErr == nil {
 			l.journalGrant(grantLogged|grantLeased, p, key, seed, id, cost, rep.Now, n)
@@ -845,5 +863,5 @@ func (l *cell) local(ctx context.Context, p core.Policy, key string, cost int64,
 		// Denied: a grant that cannot be logged would be lost usage.
 		r.Allowed, r.RetryAfter = false, time.Second
 	}
-	return r, nil
+	return nil
 }

@@ -47,13 +47,17 @@ type lease struct {
 	ok bool
 }
 
+// Decide is DecideCredit on the lease's share, with the reply built from
+// decide's scalars: an array result is returned through memory, where
+// these stay in registers (this is every local decision's path).
 func (l *lease) Decide(p core.Policy, n, now, cost int64) driver.Reply {
 	t := p.Interval().Microseconds()
-	next, changed, r := DecideCredit(l.st, l.ok, now, max(p.Limit(), n)*t, n*t, cost)
-	if changed {
-		l.st, l.ok = next, true
+	full := max(p.Limit(), n) * t
+	credit, admit, remaining, retry := decide(l.st, l.ok, now, full, n*t, cost)
+	if admit {
+		l.st, l.ok = State{Credit: credit, Last: now}, true
 	}
-	return driver.ReplyOf(r)
+	return driver.Reply{Allowed: admit, Remaining: remaining, RetryAfter: retry, ResetAfter: full - credit, Now: now}
 }
 
 func (l *lease) Charge(p core.Policy, n, at, cost int64) {

@@ -76,6 +76,10 @@ type Config struct {
 	ReconcileSizes []int
 	// ReconcileBigReps is the runs of each size above 100k keys.
 	ReconcileBigReps int
+	// ReconcileTBRate is the refill rate (tokens/s) of section 4's token
+	// bucket of 100: its keys live until the bucket refills 3 tokens or
+	// the 1 s merge window ends, whichever is later. 0 means 10.
+	ReconcileTBRate float64
 
 	// Section 5.
 	MemoryKeys int

@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -128,7 +129,7 @@ func (h *harness) reconcile(ctx context.Context) error {
 		defer closeStore()
 		stores[b] = s
 	}
-	tb, err := tokenbucket.Policy("rtb", 100, 10)
+	tb, err := tokenbucket.Policy("rtb", 100, cmp.Or(h.cfg.ReconcileTBRate, 10))
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -413,9 +414,11 @@ func (r *Report) reconcileMD(b *md) {
 	b.line("calls, and the \"its keys in Redis\" row replays into a Redis that holds every key (a bucket written by SET first,")
 	b.line("untimed, as after a partition): its first slice of fresh calls finds the keys there, and the rest go to the scripts.")
 	b.line("\"expired\" is how many keys Redis expired during the replay (INFO stats `expired_keys`, median over runs): a")
-	b.line("key's TTL ends when its bucket is full again (here 3 tokens of a 10/s bucket: 0.3 s) or its merge log closes")
+	rate := cmp.Or(r.Config.ReconcileTBRate, 10)
+	b.line("key's TTL ends when its bucket is full again (here 3 tokens of a %g/s bucket: %.3g s) or its merge log closes", rate, 3/rate)
 	b.line("(1 s), whichever is later, so in a replay longer than that Redis deletes the first keys while it writes the")
 	b.line("last, on the same core, and their deletion is in the Redis CPU/key. The windows' keys live a minute or more.")
+	b.line("`-reconcile-tb-rate 0.1` keeps every key past the replay (30 s): see docs/DESIGN.md, \"Fresh calls\", for that run.")
 	b.line("")
 	header := []string{"algorithm", "keys"}
 	for _, bk := range rc.Backends {

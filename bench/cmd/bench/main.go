@@ -46,6 +46,7 @@ func run() error {
 	keysets := flag.String("keysets", "", "hot, random or hot,random (default both)")
 	window := flag.Duration("outage-window", 0, "measured window after each fault (0: 5s, -quick 1.5s)")
 	sizes := flag.String("reconcile-sizes", "", "comma-separated outage log sizes (keys) for section 4 (default 1000,10000,100000,1000000)")
+	tbRate := flag.Float64("reconcile-tb-rate", 0, "refill rate (tokens/s) of section 4's token bucket of 100 (0: 10; 0.1 keeps every key past a 1M-key replay)")
 	callTimeout := flag.Duration("call-timeout", 0, "fallback call deadline for section 3 (0: 50ms)")
 	out := flag.String("out", "", "write the markdown report to this file")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the harness process to this file")
@@ -94,6 +95,7 @@ func run() error {
 			cfg.ReconcileSizes = append(cfg.ReconcileSizes, n)
 		}
 	}
+	cfg.ReconcileTBRate = *tbRate
 	if *keysets != "" {
 		cfg.Keysets = split(*keysets)
 	}

@@ -180,7 +180,14 @@ func (c *cluster) faultOn(ctx context.Context, victim *redisServer) (lift func()
 			if err := redisCommand(victim.addr(), "SCRIPT", "KILL"); err != nil {
 				return "", err
 			}
-			return "freed (SCRIPT KILL)", redisCommand(victim.addr(), "CONFIG", "SET", "busy-reply-threshold", "5000")
+			// SCRIPT KILL only asks: the script stops at its next hook,
+			// and until then Redis still answers BUSY. Its own reply (the
+			// kill's error) says it has stopped.
+			spin.SetReadDeadline(time.Now().Add(2 * time.Second))
+			_, _ = bufio.NewReader(spin).ReadString('\n')
+			return "freed (SCRIPT KILL)", untilNotBusy(func() error {
+				return redisCommand(victim.addr(), "CONFIG", "SET", "busy-reply-threshold", "5000")
+			})
 		}, fmt.Sprintf("busy (pid %d, a script spinning; busy-reply-threshold 100 ms)", pid), nil
 	case "noperm":
 		return commandFault(victim.addr(), []string{"ACL", "SETUSER", "default", "-@scripting"}, []string{"ACL", "SETUSER", "default", "+@all"},
@@ -293,6 +300,18 @@ func restart(ctx context.Context, victim *redisServer) error {
 		}
 	}
 	return err
+}
+
+// untilNotBusy runs f again while Redis answers BUSY, for at most 2 s.
+func untilNotBusy(f func() error) error {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		err := f()
+		if err == nil || !strings.Contains(err.Error(), "BUSY") || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // redisCommand sends one command to the Redis at addr over a new

@@ -262,18 +262,22 @@ func (l *cell) recover(ctx context.Context) error {
 		if left <= 0 {
 			return nil
 		}
+		if polling {
+			left = min(left, barrierPoll)
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-l.o.After(min(left, barrierPoll)):
+		case <-l.o.After(left):
 		}
 		if !polling {
-			continue
+			return nil
 		}
 		switch wait, err := l.atBarrier(ctx, ahead, false); {
 		case err != nil:
-			// The time already read stands: a Redis gone again fails
-			// the first decisions after it and opens the breaker.
+			// The time already read stands, waited out at once: a Redis
+			// gone again fails the first decisions after it and opens
+			// the breaker.
 			polling = false
 		case wait <= 0:
 			return nil

@@ -140,24 +140,19 @@ func outdated(p core.Policy, at, now int64) bool {
 }
 
 // decideLease makes a local decision of cost units under the instance's
-// 1/n share of policy p and reports it as a Reply in units of the share; ok
-// is false when p's algorithm has no lease (it is not a driver.Leaser), and
-// the request is then denied.
+// 1/n share of policy p and reports it as a Reply in units of the share; it
+// returns false when p's algorithm has no lease (it is not a
+// driver.Leaser), and the request is then denied.
 //
 // A lease starts from the known state, and goes on (refilling as a bucket or
 // window does) until Redis reports something newer than its last decision:
 // across an outage, its recovery and even the next outage when no Redis
 // reply came in between. Restarting it from a known state older than its own
 // decisions would hand out again what it granted meanwhile.
-func (k *keyState) decideLease(p core.Policy, n, now, cost int64) (driver.Reply, bool) {
-	var r driver.Reply
-	ok := k.decideLeaseInto(p, n, now, cost, &r)
-	return r, ok
-}
-
-// decideLeaseInto is decideLease with its reply in *out, as the local
-// decision's path takes it (cell.localInto).
-func (k *keyState) decideLeaseInto(p core.Policy, n, now, cost int64, out *driver.Reply) bool {
+//
+// The reply goes to *out, not up as a result: this is every local
+// decision's path, and a result is copied through memory at each call.
+func (k *keyState) decideLease(p core.Policy, n, now, cost int64, out *driver.Reply) bool {
 	if !k.leased || k.known.at > k.last || k.lease == nil {
 		if !k.startLease(p, now) {
 			*out = driver.Reply{RetryAfter: p.Interval().Microseconds(), Now: now}

@@ -28,7 +28,7 @@ type leaseStep struct {
 func runLease(t *testing.T, k *keyState, p core.Policy, n int64, steps []leaseStep) {
 	t.Helper()
 	for i, s := range steps {
-		r, _ := k.decideLease(p, n, s.at, s.cost)
+		r := decideLease(k, p, n, s.at, s.cost)
 		if r.Allowed != s.allowed || r.Remaining != s.remaining || r.RetryAfter != s.retry {
 			t.Fatalf("step %d at %dms: got allowed=%v remaining=%d retry=%dµs, want %v %d %dµs",
 				i, s.at/ms, r.Allowed, r.Remaining, r.RetryAfter, s.allowed, s.remaining, s.retry)
@@ -103,21 +103,21 @@ func TestLeaseRestartsFromFresherRedisView(t *testing.T) {
 	p, _ := tokenbucket.Policy("tb", 4, 0.001)
 	k := &keyState{}
 	for range 2 {
-		if r, _ := k.decideLease(p, 2, 10, 1); !r.Allowed {
+		if r := decideLease(k, p, 2, 10, 1); !r.Allowed {
 			t.Fatal("denied within the share")
 		}
 	}
-	if r, _ := k.decideLease(p, 2, 20, 1); r.Allowed {
+	if r := decideLease(k, p, 2, 20, 1); r.Allowed {
 		t.Fatal("admitted beyond the share of 2")
 	}
 	// An older Redis view does not restart it.
 	k.observe(p, 1, driver.Reply{Allowed: true, Remaining: 4, ResetAfter: 0, Now: 5})
-	if r, _ := k.decideLease(p, 2, 30, 1); r.Allowed {
+	if r := decideLease(k, p, 2, 30, 1); r.Allowed {
 		t.Fatal("a Redis view older than the lease restarted it")
 	}
 	// A newer one does: Redis says 4 tokens, 2 of them this instance's.
 	k.observe(p, 1, driver.Reply{Allowed: true, Remaining: 4, ResetAfter: 0, Now: 40})
-	if r, _ := k.decideLease(p, 2, 50, 1); !r.Allowed {
+	if r := decideLease(k, p, 2, 50, 1); !r.Allowed {
 		t.Fatal("a newer Redis view did not restart the lease")
 	}
 }
@@ -388,4 +388,11 @@ func TestReplayedGrantsKept(t *testing.T) {
 	if ks.replayed != nil {
 		t.Fatal("a confirmed reply after the replay left the grants kept")
 	}
+}
+
+// decideLease is keyState.decideLease with its reply returned.
+func decideLease(k *keyState, p core.Policy, n, now, cost int64) driver.Reply {
+	var r driver.Reply
+	k.decideLease(p, n, now, cost, &r)
+	return r
 }

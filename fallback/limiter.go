@@ -680,7 +680,7 @@ func (l *cell) decide(ctx context.Context, p core.Policy, key string, cost int64
 		// (under-admission of one request). A sliding window grant keeps
 		// the same request id, so there the replay adds it once anyway.
 	}
-	return l.localInto(ctx, p, key, cost, id, out)
+	return l.local(ctx, p, key, cost, id, out)
 }
 
 // deadline is the deadline argument (driver.DeadlineArg) of a call sent at
@@ -787,15 +787,9 @@ func (l *cell) observe(skey string, p core.Policy, cost int64, sent time.Time, r
 	})
 }
 
-// local decides without the store, by the policy's outage mode.
-func (l *cell) local(ctx context.Context, p core.Policy, key string, cost int64, id string) (core.Result, error) {
-	var r core.Result
-	err := l.localInto(ctx, p, key, cost, id, &r)
-	return r, err
-}
-
-// localInto is local with its result in *out.
-func (l *cell) localInto(ctx context.Context, p core.Policy, key string, cost int64, id string, out *core.Result) error {
+// local decides without the store, by the policy's outage mode, its result
+// in *out (see decide).
+func (l *cell) local(ctx context.Context, p core.Policy, key string, cost int64, id string, out *core.Result) error {
 	switch l.outageMode(p) {
 	case FailClosed:
 		*out = core.Result{Limit: p.Limit(), RetryAfter: l.breaker.ProbeInterval(), Mode: core.ModeFailClosed, Degraded: true}
@@ -822,7 +816,7 @@ func (l *cell) localInto(ctx context.Context, p core.Policy, key string, cost in
 		if ks == nil {
 			ks = &keyState{}
 		}
-		ks.decideLeaseInto(p, n, now, cost, &rep) // an algorithm without a lease denies
+		ks.decideLease(p, n, now, cost, &rep) // an algorithm without a lease denies
 		seed = ks.seed
 		if rep.Allowed && !confirming {
 			// Logged under the key's lock: a coalescing grant joins the
@@ -838,9 +832,7 @@ func (l *cell) localInto(ctx context.Context, p core.Policy, key string, cost in
 		return ks, rep.ResetAfter + int64(time.Second/time.Microsecond)
 	})
 	*out = core.ResultOf(share(p.Limit(), n), rep, core.ModeLocal, true)
-	// r is the result, adjusted below.
-	r := out
-	if r.Allowed && !logged { // confirming: not logged above
+	if out.Allowed && !logged { // confirming: not logged above
 		// Redis is back and this instance's log is replayed: the grant is
 		// replayed at once, in the recovery's merge log, instead of waiting
 		// in the outage log until after the switch back to Redis.
@@ -861,7 +853,7 @@ func (l *cell) localInto(ctx context.Context, p core.Policy, key string, cost in
 	}
 	if logErr != nil {
 		// Denied: a grant that cannot be logged would be lost usage.
-		r.Allowed, r.RetryAfter = false, time.Second
+		out.Allowed, out.RetryAfter = false, time.Second
 	}
 	return nil
 }

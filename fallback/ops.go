@@ -132,7 +132,7 @@ func (l *cell) localPeek(p core.Policy, key string, cost int64) core.Result {
 				cp.lease = cloneLease(p, cp.lease)
 			}
 		}
-		rep, _ = cp.decideLease(p, n, now, cost)
+		cp.decideLease(p, n, now, cost, &rep)
 		return prev, -1 // the copy is dropped: nothing spent
 	})
 	return core.ResultOf(share(p.Limit(), n), rep, core.ModeLocal, true)
@@ -349,7 +349,8 @@ func (l *Limiter) AllowAll(ctx context.Context, reqs ...core.Request) ([]core.Re
 		if ch[i].remote {
 			continue
 		}
-		r, err := ch[i].cell.local(ctx, q.Policy, q.Key, q.Units(), ch[i].id)
+		var r core.Result
+		err := ch[i].cell.local(ctx, q.Policy, q.Key, q.Units(), ch[i].id, &r)
 		if err != nil || !r.Allowed {
 			rs[i] = r
 			l.refund(ctx, reqs, ch)

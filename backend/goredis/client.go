@@ -96,8 +96,10 @@ func routeClientLog(l *slog.Logger) {
 // with a 50 ms deadline returns within about 50 ms even when Redis is down or
 // black-holed. It skips the CLIENT SETINFO and maintenance-notification
 // handshakes (DisableIdentity, MaintNotificationsConfig disabled), so a new
-// connection costs one round trip, HELLO. Creating it does not connect: it
-// cannot fail because Redis is down.
+// connection costs one round trip, HELLO. go-redis's check that the server
+// has not closed a pooled connection runs only on one idle for a
+// millisecond or more (checkedConn), not before every command. Creating it
+// does not connect: it cannot fail because Redis is down.
 //
 // Pipelines (coalesced Run calls, RunMany) use the same pool as single
 // calls (PipelinePoolSize -1), not go-redis's separate pipeline pool, which
@@ -125,6 +127,7 @@ func NewClient(rawURL string, o ClientOptions) (redis.UniversalClient, error) {
 		}
 		tuneCluster(co, o)
 		co.TLSConfig = clientconf.MergeTLS(co.TLSConfig, o.TLS)
+		co.Dialer = checkedDialer(redis.NewDialer(&redis.Options{DialTimeout: co.DialTimeout, TLSConfig: co.TLSConfig}))
 		return redis.NewClusterClient(co), nil
 	}
 	so, err := redis.ParseURL(rawURL)
@@ -133,6 +136,7 @@ func NewClient(rawURL string, o ClientOptions) (redis.UniversalClient, error) {
 	}
 	tune(so, o)
 	so.TLSConfig = clientconf.MergeTLS(so.TLSConfig, o.TLS)
+	so.Dialer = checkedDialer(redis.NewDialer(so)) // see checkedConn
 	return redis.NewClient(so), nil
 }
 

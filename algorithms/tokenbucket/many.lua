@@ -16,7 +16,7 @@ if not C or not T or C < 1 or T < 1 or not costs_ok(C) then
   return redis.error_reply('ERR holdfast token bucket: bad arguments')
 end
 local full = C * T
-local credit, err = credit_at(KEYS[1], now, full)
+local credit, err, plain = credit_at(KEYS[1], now, full)
 if err then
   return redis.error_reply(err)
 end
@@ -36,6 +36,6 @@ local out = decide_each(function(i)
 end)
 -- As tokenbucket.lua: the key lives until the bucket is full again.
 if spent then
-  redis.call('SET', KEYS[1], string.format('%d', now - credit), 'PX', string.format('%d', math.floor((full - credit) / 1000) + 1))
+  spend(KEYS[1], now, full, credit, plain)
 end
 return out

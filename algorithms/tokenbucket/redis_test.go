@@ -158,3 +158,74 @@ func TestRedisLegacyHash(t *testing.T) {
 		t.Fatalf("corrupt key: %v, want a corrupt-state error", err)
 	}
 }
+
+// TestRedisExpiry: after every admitted decision the bucket's key lives at
+// least until the bucket is full again (reset_after from the decision's
+// Redis time) and at most a quarter of full longer, whether the decision
+// wrote the key whole (a fresh key, one without an expiry) or moved E in
+// place (spends in a row, which leave an expiry that is long enough as it
+// is); the value stays E alone, INT-encoded, and a denial leaves the key
+// and its expiry as they were.
+func TestRedisExpiry(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	store := newStore(t, srv)
+	ctx := context.Background()
+	p := must(tokenbucket.Policy("exp", 10, 10)) // full: 1 s
+	const full = 1_000_000
+	key := driver.StorageKey("hf:", "tb", "exp")
+	decide := func(what string, cost int64) (r []int64, expiresAt int64) {
+		t.Helper()
+		r, err := store.Run(ctx, p.Algorithm().Script(), []string{key}, p.Algorithm().Args(p, cost, "", 0))
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if expiresAt, err = strconv.ParseInt(srv.Do(t, "PEXPIRETIME", key), 10, 64); err != nil {
+			t.Fatal(err)
+		}
+		return r, expiresAt
+	}
+	spend := func(what string) (now, expiresAt int64) {
+		t.Helper()
+		r, at := decide(what, 1)
+		if r[0] != 1 {
+			t.Fatalf("%s: denied (reply %v), want admitted", what, r)
+		}
+		now, reset := r[4], r[3]
+		if e, err := strconv.ParseInt(srv.Do(t, "GET", key), 10, 64); err != nil || e != now-full+reset {
+			t.Fatalf("%s: E %d (%v), want now - full + reset_after = %d", what, e, err, now-full+reset)
+		}
+		if enc := srv.Do(t, "OBJECT", "ENCODING", key); enc != "int" {
+			t.Fatalf("%s: encoding %s, want int", what, enc)
+		}
+		if at*1000 < now+reset || at*1000 > now+reset+full/4+3000 {
+			t.Fatalf("%s: expires at %d ms, want from %d to %d (reset_after %d us)", what, at, (now+reset)/1000, (now+reset+full/4+3000)/1000, reset)
+		}
+		return now, at
+	}
+	now1, at1 := spend("fresh key")
+	now2, at2 := spend("second spend")
+	if now2-now1 < 100_000 && at2 != at1 {
+		// Spend 1 set the expiry 350 ms past now1; spend 2 needs 200 ms.
+		t.Errorf("second spend %d us after the first moved the expiry from %d to %d ms, want it kept", now2-now1, at1, at2)
+	}
+	for i := range 7 {
+		spend(fmt.Sprintf("spend %d in a row", i+3))
+	}
+	srv.Do(t, "PERSIST", key)
+	_, at := spend("key without an expiry")
+	// All 10 tokens spent: a decision of cost 10 is denied (for about a
+	// second) and writes nothing.
+	value := srv.Do(t, "GET", key)
+	r, atAfter := decide("cost 10", 10)
+	if r[4]-now1 >= 900_000 {
+		t.Logf("cost 10 decided %d us after the first spend: the bucket may have refilled, denial not checked", r[4]-now1)
+		return
+	}
+	if r[0] != 0 {
+		t.Fatalf("cost 10 after 10 spends: reply %v, want a denial", r)
+	}
+	if atAfter != at || srv.Do(t, "GET", key) != value {
+		t.Fatalf("a denial changed the key: expiry %d -> %d ms, value %s -> %s", at, atAfter, value, srv.Do(t, "GET", key))
+	}
+}

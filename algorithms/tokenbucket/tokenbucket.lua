@@ -39,7 +39,7 @@ if not now or now <= 0 then
   end
 end
 local full = C * T
-local credit, err = credit_at(KEYS[1], now, full)
+local credit, err, plain = credit_at(KEYS[1], now, full)
 if err then
   return redis.error_reply(err)
 end
@@ -51,10 +51,11 @@ if credit < need then
   end
   return {0, remaining, need - credit, full - credit, now}
 end
-credit = credit - need
--- The key lives until the bucket is full again: then it equals a fresh one.
--- PEEK (set before this source: tokenbucket.go) answers without spending.
+-- The key lives until the bucket is full again: then it equals a fresh one
+-- (spend, bucket.lua). PEEK (set before this source: tokenbucket.go)
+-- answers without spending.
 if not PEEK then
-  redis.call('SET', KEYS[1], string.format('%d', now - credit), 'PX', string.format('%d', math.floor((full - credit) / 1000) + 1))
+  spend(KEYS[1], now, full, credit - need, plain)
 end
+credit = credit - need
 return {1, idiv(credit, T), 0, full - credit, now}

@@ -46,10 +46,9 @@ func checkedDialer(dial func(ctx context.Context, network, addr string) (net.Con
 // closed while it sat idle (a Redis restart) is dropped before a call is
 // written on it. A connection that was read or written less than
 // idleCheck ago was answered then: the check would cost a system call on
-// every command, a lone caller's every decision (about 7% of a lone
-// caller's decisions a second on the benchmark harness's machine), to
-// find what the call itself finds as fast, a connection that broke while
-// in use, which go-redis then drops.
+// every command, on a lone caller's every decision, to find what the call
+// itself finds as fast, a connection that broke while in use, which
+// go-redis then drops.
 type checkedConn struct {
 	net.Conn
 	sc   syscall.Conn // Conn, as go-redis's check sees it

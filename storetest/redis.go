@@ -50,6 +50,10 @@ type StoreOptions struct {
 	// fails; a harness may choose a shorter wait. 0 means the client's
 	// default.
 	StallTimeout time.Duration
+	// KeysDepth, if not 0, is the store's depth of calls in flight past
+	// which decisions on distinct keys share calls (the backends'
+	// StoreOptions.KeysDepth); 0 means the backend's default.
+	KeysDepth int
 }
 
 // relaxed are the options of tests that are not about deadlines.
@@ -106,6 +110,7 @@ func RunRedis(t *testing.T, h RedisHarness) {
 		{"deadline_guard", testDeadlineGuard},
 		{"collapse", testCollapse},
 		{"collapse_give_up", testCollapseGiveUp},
+		{"keys", testKeys},
 		{"script_flush", testScriptFlush},
 		{"password", testPassword},
 		{"pipeline", func(t *testing.T, h RedisHarness) { runParallel(t, h, pipelineTests) }},

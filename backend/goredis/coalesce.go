@@ -44,6 +44,12 @@ type StoreOptions struct {
 	// the decisions on one key that arrive while a call on that key is in
 	// flight go together in one call (driver.Many, pipeline.Decisions).
 	NoCollapse bool
+	// KeysDepth is how many decision calls may be in flight on the Store
+	// before decisions on keys without a call in flight wait for one to
+	// land and go together in one call of several keys (driver.Many's
+	// Keys; pipeline.Decisions.Depth). 0 means DefaultKeysDepth; a
+	// negative KeysDepth sends no call of several keys.
+	KeysDepth int
 	// Pipelines is the most pipelines of coalesced calls in flight at once,
 	// each on a pooled connection. 0 means DefaultPipelines.
 	Pipelines int

@@ -31,7 +31,7 @@ func (harness) NewStore(t testing.TB, url string, o storetest.StoreOptions) stor
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return goredis.New(c)
+	return goredis.NewWithOptions(c, goredis.StoreOptions{KeysDepth: o.KeysDepth})
 }
 
 func (harness) IsReplyError(err error) bool {

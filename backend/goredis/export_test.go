@@ -47,3 +47,12 @@ func (s *Store) CollapseStats() (calls, decisions int64) {
 	}
 	return s.dec.Batched()
 }
+
+// KeysStats returns the calls of several keys s has sent and the
+// decisions in them; zeros when s does not collapse.
+func (s *Store) KeysStats() (calls, decisions int64) {
+	if s.dec == nil {
+		return 0, 0
+	}
+	return s.dec.Keyed()
+}

@@ -6,6 +6,7 @@
 package goredis
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"sync"
@@ -45,6 +46,14 @@ func New(c redis.UniversalClient) *Store {
 	return NewWithOptions(c, StoreOptions{})
 }
 
+// DefaultKeysDepth is StoreOptions.KeysDepth's default: with two calls
+// in flight, decisions on other keys wait and go together. In the
+// benchmark harness's interleaved runs (token bucket, 100k keys, 5 runs of
+// 2 s) it made 1.05x the decisions a second of no calls of several keys
+// at 16 callers, 1.14-1.18x at 64 and 1.18-1.22x at 256 (medians of the
+// paired ratios, two runs); 4 in flight gained less.
+const DefaultKeysDepth = 2
+
 // NewWithOptions returns a Store on c with options o. For the deadlines
 // driver.Store callers rely on, build c with NewClient or with the same
 // options.
@@ -54,7 +63,16 @@ func NewWithOptions(c redis.UniversalClient, o StoreOptions) *Store {
 		s.co = newCoalescer(o)
 	}
 	if !o.NoCollapse {
-		s.dec = &pipeline.Decisions{One: s.run, Classify: classify}
+		s.dec = &pipeline.Decisions{One: s.run, Classify: classify, Depth: cmp.Or(o.KeysDepth, DefaultKeysDepth)}
+		switch c.(type) {
+		case *redis.Client:
+		case *redis.ClusterClient:
+			s.dec.Cluster = true
+		default:
+			// A Ring shards by key on the client: a call of several
+			// keys would run on the first key's shard.
+			s.dec.Depth = -1
+		}
 	}
 	return s
 }

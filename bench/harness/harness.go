@@ -59,6 +59,9 @@ type Config struct {
 	Keysets          []string // "hot", "random" or both
 	Keys             int      // the random key set's size
 	DenialGs         []int    // section 1b's callers
+	// KeysDepths adds rows of holdfast's token bucket on each backend with
+	// each of these StoreOptions.KeysDepth (calls of several keys).
+	KeysDepths []int
 
 	// Section 2.
 	LocalDuration time.Duration

@@ -32,6 +32,10 @@ import "strconv"
 type Many struct {
 	Script       *Script
 	Shared, Each int
+	// Keys makes several keys' decisions in one call: for each key in
+	// turn, its decisions as Script makes them (see Keys' layout, at
+	// NewMany).
+	Keys *Script
 }
 
 // ManyStride is the integers of one decision in a Many reply, and
@@ -39,25 +43,56 @@ type Many struct {
 const (
 	ManyStride = 1 + ReplyLen
 	ManyStale  = 1
+	// ManyAlone is the status, in a Keys reply, of a decision whose key's
+	// decisions failed in that call and wrote nothing (an error reply of
+	// the key's Many, or an error of a command on the key: WRONGTYPE):
+	// the caller sends them again on their own, to learn their error.
+	ManyAlone = 2
 )
 
 // NewMany returns the Many named name whose decisions take shared and
 // each arguments, made of src, the Lua after manyHead.
+//
+// Its Keys script, named name + "_keys", runs the same source once for
+// each of several keys, at one instant of Redis time:
+//
+//	KEYS   the keys, in the order their decisions are made; a key may
+//	       come more than once
+//	ARGV   Shared arguments, equal in every decision's call; then for
+//	       each key the number n of its decisions and, for each, its Each
+//	       arguments and its deadline, as in a Many call
+//
+// Reply: for each key in order, for each of its decisions, ManyStride
+// integers as in a Many reply; or, when the key's decisions failed (an
+// error reply of the source, or a command's error, such as WRONGTYPE),
+// ManyAlone and five zeros for each of them. The source writes nothing
+// before it fails (a Many's contract), so that a caller may send them
+// again on their own to learn the error. An error reply is the error of
+// every decision (the call was not run: NOSCRIPT, OOM, a deadline). All
+// keys must be in one hash slot on a cluster.
 func NewMany(name, src string, shared, each int) *Many {
-	head := "local FIRST, EACH = " + strconv.Itoa(shared+1) + ", " + strconv.Itoa(each) + "\n" + manyHead
-	return &Many{Script: NewScript(name, decisionShebang+head+src, nil), Shared: shared, Each: each}
+	first := "local FIRST, EACH = " + strconv.Itoa(shared+1) + ", " + strconv.Itoa(each) + "\n" + manyNow
+	return &Many{
+		Script: NewScript(name, decisionShebang+first+manyHead+src, nil),
+		Shared: shared, Each: each,
+		Keys: NewScript(name+"_keys", decisionShebang+first+
+			"local function one(KEYS, ARGV)\n"+manyHead+src+"\nend\n"+keysLoop, nil),
+	}
 }
 
-// manyHead is what every Many script shares: the call's time, the check
-// of the costs and the loop that decides each decision in turn.
-const manyHead = `-- holdfast: several decisions on one key (driver.NewMany)
+// manyNow reads the call's time, once, for every decision of the call.
+const manyNow = `-- holdfast: several decisions on one key (driver.NewMany)
 local now
 do
   local t = redis.call('TIME')
   now = t[1] * 1000000 + t[2]
 end
 
--- costs_ok reports whether every decision's cost, its first argument, is
+`
+
+// manyHead is what every Many's source sees besides now: the check of the
+// costs and the loop that decides each decision in turn.
+const manyHead = `-- costs_ok reports whether every decision's cost, its first argument, is
 -- an integer in 1..max.
 local function costs_ok(max)
   for i = FIRST, #ARGV, EACH + 1 do
@@ -86,6 +121,46 @@ local function decide_each(decide)
   end
   return out
 end
+`
+
+// keysLoop is the body of a Keys script, after the source wrapped as
+// one(KEYS, ARGV): it calls one for each key with that key's decisions
+// as a Many call's KEYS and ARGV, and keeps each reply in order. A key's
+// failure, an error reply or a command's error (pcall), fails that key's
+// decisions alone (ManyAlone, 2).
+const keysLoop = `
+local KEYS_IN, ARGV_IN = KEYS, ARGV
+local out, o = {}, 0
+local p = FIRST
+for k = 1, #KEYS_IN do
+  local n = tonumber(ARGV_IN[p])
+  if not n or n < 1 or p + n * (EACH + 1) > #ARGV_IN then
+    return redis.error_reply('ERR holdfast: bad arguments of a call of several keys')
+  end
+  local args = {}
+  for i = 1, FIRST - 1 do
+    args[i] = ARGV_IN[i]
+  end
+  for i = 1, n * (EACH + 1) do
+    args[FIRST - 1 + i] = ARGV_IN[p + i]
+  end
+  p = p + 1 + n * (EACH + 1)
+  local ok, r = pcall(one, {KEYS_IN[k]}, args)
+  if ok and type(r) == 'table' and not r.err and #r == n * 6 then
+    for i = 1, n * 6 do
+      out[o + i] = r[i]
+    end
+  else
+    for i = 0, n * 6 - 1, 6 do
+      out[o + i + 1], out[o + i + 2], out[o + i + 3], out[o + i + 4], out[o + i + 5], out[o + i + 6] = 2, 0, 0, 0, 0, 0
+    end
+  end
+  o = o + n * 6
+end
+if p <= #ARGV_IN then
+  return redis.error_reply('ERR holdfast: bad arguments of a call of several keys')
+end
+return out
 `
 
 // SplitMany splits the reply of a Many call of n decisions into each

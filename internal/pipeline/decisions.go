@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,6 +28,15 @@ const maxDecisions = 128
 // came. A hot key's concurrent callers so make one call, one read and one
 // write of the key a round trip, where each would send its own script.
 //
+// Decisions on distinct keys share calls too once the store is busy: a
+// decision that would be sent at once while Depth decision calls are
+// already in flight on the store waits instead for one of them to land,
+// and then what waited goes in one call of its script's Keys (driver.Many):
+// one EVALSHA for many keys' decisions, where each would pay its own. A
+// lone caller, and a few, never wait; many callers on many keys send
+// fewer, larger calls, and Redis spends less of its time a decision. On a
+// cluster (Cluster) such a call holds the keys of one hash slot.
+//
 // Calls of scripts without a Many, and calls that do not fit theirs
 // (driver.Many.Fits), are sent as they come.
 //
@@ -46,16 +56,33 @@ type Decisions struct {
 	// StallAfter is how long a decision waits on a key's call in flight
 	// before it is sent beside it; 0 means DefaultStallAfter.
 	StallAfter time.Duration
+	// Depth is how many decision calls may be in flight on the store
+	// before the decisions that would be sent alone wait to share a call
+	// of several keys; 0 or less sends no call of several keys (as for a
+	// client that does not route a call by its first key, such as a
+	// client-side sharded ring). The stores choose it (goredis,
+	// rueidis StoreOptions.KeysDepth).
+	Depth int
+	// Cluster makes a call of several keys hold keys of one hash slot
+	// (driver.HashSlot) only.
+	Cluster bool
 
-	mu    sync.Mutex
-	lanes map[string]*lane // keys with a call in flight
+	mu       sync.Mutex
+	lanes    map[string]*lane // keys with a call in flight
+	inflight int              // decision calls in flight, of every kind
+	queue    []*decision      // decisions waiting for a call of several keys
 
-	calls, batched atomic.Int64 // Many calls sent and the decisions in them
+	calls, batched  atomic.Int64 // Many calls sent and the decisions in them
+	keyCalls, keyed atomic.Int64 // calls of several keys sent and the decisions in them
 }
 
 // Batched returns the number of Many calls sent and of the decisions they
 // carried.
 func (d *Decisions) Batched() (calls, decisions int64) { return d.calls.Load(), d.batched.Load() }
+
+// Keyed returns the number of calls of several keys sent and of the
+// decisions they carried.
+func (d *Decisions) Keyed() (calls, decisions int64) { return d.keyCalls.Load(), d.keyed.Load() }
 
 // A lane is a key with a call in flight, and the decisions waiting on it.
 type lane struct {
@@ -85,6 +112,8 @@ type decision struct {
 	args  []string // a copy
 	state atomic.Int32
 	batch []*decision // the call it leads (errLead)
+	keys  bool        // it waits in Decisions.queue, for a call of several keys
+	slot  int         // its key's hash slot, on a cluster (Decisions.Cluster)
 	stall *time.Timer
 	done  chan driver.CallResult // buffered: a flight never waits for the caller
 }
@@ -105,15 +134,17 @@ func (d *Decisions) Run(ctx context.Context, sc *driver.Script, keys, args []str
 	key := keys[0]
 	d.mu.Lock()
 	ln := d.lanes[key]
-	if ln == nil {
-		if d.lanes == nil {
-			d.lanes = map[string]*lane{}
+	alone := ln == nil || ln.inflight < laneDepth && len(ln.waiting) == 0
+	if alone && (m.Keys == nil || d.inflight < d.Depth || d.Depth <= 0) {
+		if ln == nil {
+			if d.lanes == nil {
+				d.lanes = map[string]*lane{}
+			}
+			ln = lanePool.Get().(*lane)
+			d.lanes[key] = ln
 		}
-		ln = lanePool.Get().(*lane)
-		d.lanes[key] = ln
-	}
-	if ln.inflight < laneDepth && len(ln.waiting) == 0 {
 		ln.inflight++
+		d.inflight++
 		d.mu.Unlock()
 		r, err := d.One(ctx, sc, keys, args)
 		d.landed(key)
@@ -124,26 +155,38 @@ func (d *Decisions) Run(ctx context.Context, sc *driver.Script, keys, args []str
 		return nil, d.Classify(sc.Name(), err)
 	}
 	w := decisionPool.Get().(*decision)
-	w.ctx, w.sc, w.key = ctx, sc, key
+	w.ctx, w.sc, w.key, w.keys = ctx, sc, key, alone
 	w.args = append(w.args[:0], args...)
 	w.state.Store(queued)
-	ln.waiting = append(ln.waiting, w)
+	if alone {
+		// The store is busy: w waits for a call of several keys.
+		if d.Cluster {
+			w.slot = driver.HashSlot(key)
+		}
+		d.queue = append(d.queue, w)
+	} else {
+		ln.waiting = append(ln.waiting, w)
+	}
 	d.mu.Unlock()
 	w.stall.Reset(cmp.Or(d.StallAfter, DefaultStallAfter))
 	for {
 		select {
 		case <-w.stall.C:
-			d.kick(key)
+			if alone {
+				d.kickKeys()
+			} else {
+				d.kick(key)
+			}
 			continue
 		case r := <-w.done:
 			w.stall.Stop()
 			if r.Err == errLead {
 				// This caller sends the next call, its own decision in it.
-				d.lead(key, w.batch)
+				d.leadAny(w)
 				continue
 			}
 			clear(w.args)
-			w.ctx, w.sc, w.key, w.batch = nil, nil, "", nil
+			w.ctx, w.sc, w.key, w.batch, w.keys = nil, nil, "", nil, false
 			decisionPool.Put(w)
 			return r.Reply, r.Err
 		case <-ctx.Done():
@@ -156,12 +199,22 @@ func (d *Decisions) Run(ctx context.Context, sc *driver.Script, keys, args []str
 			// Chosen to lead its call: the call is sent first.
 			r := <-w.done
 			if r.Err == errLead {
-				d.lead(key, w.batch)
+				d.leadAny(w)
 				r = <-w.done
 			}
 			return r.Reply, r.Err
 		}
 	}
+}
+
+// leadAny sends the call w was chosen to lead: a call of several keys,
+// or the next call on its key.
+func (d *Decisions) leadAny(w *decision) {
+	if w.keys {
+		d.leadKeys(w.batch)
+		return
+	}
+	d.lead(w.key, w.batch)
 }
 
 // laneDepth is how many calls on one key are sent as they come before
@@ -200,10 +253,23 @@ var errLead = errors.New("holdfast: lead the next call")
 func (d *Decisions) landed(key string) {
 	d.mu.Lock()
 	batch := d.takeLocked(key, nil)
-	d.mu.Unlock()
 	if len(batch) == 0 {
-		return
+		d.inflight-- // else the key's next call takes its place
 	}
+	multi := d.dispatchLocked()
+	d.mu.Unlock()
+	if len(batch) > 0 {
+		handLead(batch, func() { d.lead(key, batch) })
+	}
+	for _, b := range multi {
+		handLead(b, func() { d.leadKeys(b) })
+	}
+}
+
+// handLead makes the first caller of batch still waiting send it (errLead);
+// when every caller in it gave up, send sends it on a goroutine of its
+// own, as it was taken.
+func handLead(batch []*decision, send func()) {
 	for _, w := range batch {
 		if w.state.CompareAndSwap(taken, leading) {
 			w.batch = batch
@@ -211,8 +277,7 @@ func (d *Decisions) landed(key string) {
 			return
 		}
 	}
-	// Every caller in it gave up: the call still goes, as it was taken.
-	go d.lead(key, batch)
+	go send()
 }
 
 // lead sends batch, a call on key, hands the next call on, and then gives
@@ -234,6 +299,7 @@ func (d *Decisions) kick(key string) {
 		batch = d.pickLocked(ln, nil)
 		if len(batch) > 0 {
 			ln.inflight++
+			d.inflight++
 		}
 	}
 	d.mu.Unlock()
@@ -298,21 +364,8 @@ func (d *Decisions) call(batch []*decision) ([]int64, error) {
 		return d.One(first.ctx, first.sc, []string{first.key}, first.args)
 	}
 	m := first.sc.Many()
-	ctx := context.Background()
-	var latest time.Time
-	forever := false
-	for _, w := range batch {
-		if t, ok := w.ctx.Deadline(); !ok {
-			forever = true
-		} else if t.After(latest) {
-			latest = t
-		}
-	}
-	if !forever {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, latest)
-		defer cancel()
-	}
+	ctx, cancel := batchContext(batch)
+	defer cancel()
 	args := make([]string, 0, m.Shared+len(batch)*(m.Each+1))
 	args = append(args, first.args[:m.Shared]...)
 	for _, w := range batch {
@@ -321,6 +374,184 @@ func (d *Decisions) call(batch []*decision) ([]int64, error) {
 	d.calls.Add(1)
 	d.batched.Add(int64(len(batch)))
 	return d.One(ctx, m.Script, []string{first.key}, args)
+}
+
+// batchContext returns the context of a call of batch's decisions: its
+// deadline is the latest of theirs (none if one has none), so that a
+// decision with a short deadline does not fail the others.
+func batchContext(batch []*decision) (context.Context, context.CancelFunc) {
+	var latest time.Time
+	for _, w := range batch {
+		t, ok := w.ctx.Deadline()
+		if !ok {
+			return context.Background(), func() {}
+		}
+		if t.After(latest) {
+			latest = t
+		}
+	}
+	return context.WithDeadline(context.Background(), latest)
+}
+
+// dispatchLocked takes from d.queue the calls of several keys that the
+// store has room for (Depth) and returns them. d.mu is held.
+func (d *Decisions) dispatchLocked() (multi [][]*decision) {
+	for len(d.queue) > 0 && d.inflight < d.Depth {
+		b := d.pickQueueLocked()
+		if len(b) == 0 {
+			break
+		}
+		d.inflight++
+		multi = append(multi, b)
+	}
+	return multi
+}
+
+// kickKeys sends what waits in d.queue now, beside the calls in flight,
+// for a decision that has waited StallAfter there.
+func (d *Decisions) kickKeys() {
+	d.mu.Lock()
+	var b []*decision
+	if d.inflight < d.Depth+maxStallCalls {
+		if b = d.pickQueueLocked(); len(b) > 0 {
+			d.inflight++
+		}
+	}
+	d.mu.Unlock()
+	if len(b) > 0 {
+		go d.leadKeys(b)
+	}
+}
+
+// pickQueueLocked takes the first live decision of d.queue and those
+// after it that can share its call: the same script and shared arguments,
+// on a cluster the same hash slot, up to maxDecisions; the others keep
+// waiting, in order. d.mu is held.
+func (d *Decisions) pickQueueLocked() []*decision {
+	var first *decision
+	var batch []*decision
+	left := 0
+	for _, w := range d.queue {
+		switch {
+		case w.state.Load() == gone:
+			continue
+		case first != nil && (len(batch) == maxDecisions || w.sc != first.sc || w.slot != first.slot || !w.sc.Many().SameShared(w.args, first.args)):
+			d.queue[left] = w
+			left++
+			continue
+		case !w.state.CompareAndSwap(queued, taken):
+			continue
+		}
+		if first == nil {
+			first = w
+		}
+		batch = append(batch, w)
+	}
+	clear(d.queue[left:])
+	d.queue = d.queue[:left]
+	return batch
+}
+
+// leadKeys sends batch, decisions taken from d.queue, in one call, lets
+// the store's next calls go, and then gives each decision its outcome.
+func (d *Decisions) leadKeys(batch []*decision) {
+	reply, keyed, err := d.callKeys(batch)
+	d.mu.Lock()
+	d.inflight--
+	multi := d.dispatchLocked()
+	d.mu.Unlock()
+	for _, b := range multi {
+		handLead(b, func() { d.leadKeys(b) })
+	}
+	if !keyed {
+		d.deliver(batch, reply, err)
+		return
+	}
+	d.deliverKeys(batch, reply, err)
+}
+
+// callKeys makes the call of batch's decisions, on any keys: one decision
+// alone, one key's in a call of its Many, and several keys' in a call of
+// its Keys (keyed), for which it orders batch as the call holds them: by
+// key, each key's decisions in the order they came.
+func (d *Decisions) callKeys(batch []*decision) (reply []int64, keyed bool, err error) {
+	first := batch[0]
+	group := make(map[string]int, len(batch)) // key: its place among the call's keys
+	var keys []string
+	var counts []int
+	for _, w := range batch {
+		i, ok := group[w.key]
+		if !ok {
+			i = len(keys)
+			group[w.key] = i
+			keys = append(keys, w.key)
+			counts = append(counts, 0)
+		}
+		counts[i]++
+	}
+	if len(keys) == 1 {
+		reply, err = d.call(batch)
+		return reply, false, err
+	}
+	// Order batch by key: each key's decisions start at its offset.
+	at := make([]int, len(keys))
+	for i := 1; i < len(keys); i++ {
+		at[i] = at[i-1] + counts[i-1]
+	}
+	ordered := make([]*decision, len(batch))
+	for _, w := range batch {
+		i := group[w.key]
+		ordered[at[i]] = w
+		at[i]++
+	}
+	copy(batch, ordered)
+	m := first.sc.Many()
+	args := make([]string, 0, m.Shared+len(keys)+len(batch)*(m.Each+1))
+	args = append(args, first.args[:m.Shared]...)
+	o := 0
+	for i := range keys {
+		args = append(args, strconv.Itoa(counts[i]))
+		for _, w := range batch[o : o+counts[i]] {
+			args = m.AppendDecision(args, w.args)
+		}
+		o += counts[i]
+	}
+	ctx, cancel := batchContext(batch)
+	defer cancel()
+	d.keyCalls.Add(1)
+	d.keyed.Add(int64(len(batch)))
+	reply, err = d.One(ctx, m.Keys, keys, args)
+	return reply, true, err
+}
+
+// deliverKeys gives each decision of batch, ordered as its Keys call
+// held them, its outcome from the call's reply or error. The decisions
+// whose key failed in the call (driver.ManyAlone) are sent again, each
+// on its own, to learn their error.
+func (d *Decisions) deliverKeys(batch []*decision, reply []int64, err error) {
+	if err == nil && len(reply) != len(batch)*driver.ManyStride {
+		err = driver.Errorf(core.ErrMalformedReply, "script %s: reply of %d integers is not that of %d decisions", batch[0].sc.Many().Keys.Name(), len(reply), len(batch))
+	}
+	for i, w := range batch {
+		if err != nil {
+			w.done <- driver.CallResult{Err: err}
+			continue
+		}
+		r := reply[i*driver.ManyStride : (i+1)*driver.ManyStride : (i+1)*driver.ManyStride]
+		switch r[0] {
+		case 0:
+			w.done <- driver.CallResult{Reply: r[1:]}
+		case driver.ManyStale:
+			w.done <- driver.CallResult{Err: stale(w.sc.Name())}
+		case driver.ManyAlone:
+			go func() {
+				r, err := d.One(w.ctx, w.sc, []string{w.key}, w.args)
+				w.done <- driver.CallResult{Reply: r, Err: err}
+			}()
+		default:
+			w.done <- driver.CallResult{Err: driver.Errorf(core.ErrMalformedReply, "script %s: status %d of a decision", w.sc.Many().Keys.Name(), r[0])}
+		}
+	}
 }
 
 // deliver gives each decision of batch its outcome from the call's reply

@@ -42,6 +42,7 @@ func run() error {
 	hreps := flag.Int("headline-reps", 0, "runs of the headline limiters in sections 1 and 6 (0: 5, -quick as -reps)")
 	hdur := flag.Duration("headline-d", 0, "one measured run of a headline limiter (0: 2s, -quick as -d)")
 	localDur := flag.Duration("local-d", 0, "one measured local-path run (0: 400ms, -quick 50ms)")
+	depths := flag.String("keys-depths", "", "comma-separated StoreOptions.KeysDepth values: section 1 adds holdfast tb rows on both backends with each (-1: none)")
 	gs := flag.String("g", "", "comma-separated concurrent callers for section 1 (default 1,16,64,256)")
 	keysets := flag.String("keysets", "", "hot, random or hot,random (default both)")
 	window := flag.Duration("outage-window", 0, "measured window after each fault (0: 5s, -quick 1.5s)")
@@ -84,6 +85,13 @@ func run() error {
 			}
 			cfg.Gs = append(cfg.Gs, g)
 		}
+	}
+	for _, s := range split(*depths) {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			return fmt.Errorf("-keys-depths: %w", err)
+		}
+		cfg.KeysDepths = append(cfg.KeysDepths, n)
 	}
 	if *sizes != "" {
 		cfg.ReconcileSizes = nil

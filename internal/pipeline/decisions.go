@@ -155,7 +155,7 @@ func (d *Decisions) Run(ctx context.Context, sc *driver.Script, keys, args []str
 		return nil, d.Classify(sc.Name(), err)
 	}
 	w := decisionPool.Get().(*decision)
-	w.ctx, w.sc, w.key, w.keys = ctx, sc, key, alone
+	w.ctx, w.sc, w.key, w.keys, w.slot = ctx, sc, key, alone, 0
 	w.args = append(w.args[:0], args...)
 	w.state.Store(queued)
 	if alone {
@@ -327,18 +327,26 @@ func (d *Decisions) takeLocked(key string, batch []*decision) []*decision {
 }
 
 // pickLocked appends to batch the first live decision waiting in ln and
-// those after it that can share its call (the same script and shared
-// arguments), up to maxDecisions; the others keep waiting, in order.
-// d.mu is held.
+// those after it that can share its call; the others keep waiting, in
+// order. d.mu is held.
 func (d *Decisions) pickLocked(ln *lane, batch []*decision) []*decision {
+	batch, ln.waiting = pick(ln.waiting, batch)
+	return batch
+}
+
+// pick appends to batch the first live decision of q and those after it
+// that can share its call: the same script and shared arguments and hash
+// slot (Decisions.Cluster), up to maxDecisions in batch. It returns batch
+// and what stays in q, in order; decisions whose callers gave up leave q.
+func pick(q, batch []*decision) (_, rest []*decision) {
 	var first *decision
 	left := 0
-	for _, w := range ln.waiting {
+	for _, w := range q {
 		switch {
 		case w.state.Load() == gone:
 			continue // its caller gave up: dropped
-		case first != nil && (len(batch) == maxDecisions || w.sc != first.sc || !w.sc.Many().SameShared(w.args, first.args)):
-			ln.waiting[left] = w
+		case first != nil && (len(batch) == maxDecisions || w.sc != first.sc || w.slot != first.slot || !w.sc.Many().SameShared(w.args, first.args)):
+			q[left] = w
 			left++
 			continue
 		case !w.state.CompareAndSwap(queued, taken):
@@ -349,9 +357,8 @@ func (d *Decisions) pickLocked(ln *lane, batch []*decision) []*decision {
 		}
 		batch = append(batch, w)
 	}
-	clear(ln.waiting[left:])
-	ln.waiting = ln.waiting[:left]
-	return batch
+	clear(q[left:])
+	return batch, q[:left]
 }
 
 // call makes batch's call and returns its reply. A call of one decision
@@ -424,31 +431,11 @@ func (d *Decisions) kickKeys() {
 }
 
 // pickQueueLocked takes the first live decision of d.queue and those
-// after it that can share its call: the same script and shared arguments,
-// on a cluster the same hash slot, up to maxDecisions; the others keep
-// waiting, in order. d.mu is held.
+// after it that can share its call (pick); the others keep waiting, in
+// order. d.mu is held.
 func (d *Decisions) pickQueueLocked() []*decision {
-	var first *decision
 	var batch []*decision
-	left := 0
-	for _, w := range d.queue {
-		switch {
-		case w.state.Load() == gone:
-			continue
-		case first != nil && (len(batch) == maxDecisions || w.sc != first.sc || w.slot != first.slot || !w.sc.Many().SameShared(w.args, first.args)):
-			d.queue[left] = w
-			left++
-			continue
-		case !w.state.CompareAndSwap(queued, taken):
-			continue
-		}
-		if first == nil {
-			first = w
-		}
-		batch = append(batch, w)
-	}
-	clear(d.queue[left:])
-	d.queue = d.queue[:left]
+	batch, d.queue = pick(d.queue, nil)
 	return batch
 }
 

@@ -124,6 +124,18 @@ func waitQueued(t *testing.T, d *Decisions, n int) {
 	}
 }
 
+// queueKeys starts a decision on each of keys in turn, the i-th of cost
+// i+1, each queued before the next starts, and returns their outcomes.
+func queueKeys(t *testing.T, d *Decisions, keys []string) []chan outcome {
+	t.Helper()
+	var outs []chan outcome
+	for i, k := range keys {
+		outs = append(outs, startKeys(d, k, strconv.Itoa(i+1)))
+		waitQueued(t, d, i+1)
+	}
+	return outs
+}
+
 // TestDecisionsKeys: with Depth calls in flight, decisions on distinct keys
 // wait, and go in one call of the script's Keys when a call lands: by key,
 // a key's decisions together in the order they came, each decision given
@@ -132,11 +144,7 @@ func waitQueued(t *testing.T, d *Decisions, n int) {
 func TestDecisionsKeys(t *testing.T) {
 	f, d, first := busy(t)
 	keys := []string{"k1", "k2", "bad", "k2", "k3"}
-	var outs []chan outcome
-	for i, k := range keys {
-		outs = append(outs, startKeys(d, k, strconv.Itoa(i+1)))
-		waitQueued(t, d, i+1)
-	}
+	outs := queueKeys(t, d, keys)
 	close(f.gate)
 	for _, ch := range first {
 		if o := <-ch; o.err != nil || o.reply[1] != 9 {
@@ -174,11 +182,7 @@ func TestDecisionsKeysCluster(t *testing.T) {
 	f, d, first := busy(t)
 	d.Cluster = true
 	keys := []string{"{x}1", "{y}1", "{x}2", "{z}", "{z}"}
-	var outs []chan outcome
-	for i, k := range keys {
-		outs = append(outs, startKeys(d, k, strconv.Itoa(i+1)))
-		waitQueued(t, d, i+1)
-	}
+	outs := queueKeys(t, d, keys)
 	close(f.gate)
 	for _, ch := range append(first, outs...) {
 		if o := <-ch; o.err != nil {

@@ -86,14 +86,16 @@ func serveRestart(t *testing.T, bin string, sig syscall.Signal, inRecovery bool)
 	}
 	defer func() {
 		for _, p := range procs {
+			p.Process.Signal(syscall.SIGCONT) // one left stopped would never take the SIGTERM
 			p.Process.Signal(syscall.SIGTERM)
 			p.Wait()
 		}
 	}()
+	client := &http.Client{Timeout: 5 * time.Second}
 	get := func(i int) (int, error) {
 		req, _ := http.NewRequest("GET", fmt.Sprintf("http://127.0.0.1:%d/api/tb", ports[i]), nil)
 		req.Header.Set("X-Client-ID", "heavy")
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := client.Do(req)
 		if err != nil {
 			return 0, err
 		}
@@ -119,6 +121,8 @@ func serveRestart(t *testing.T, bin string, sig syscall.Signal, inRecovery bool)
 	time.Sleep(1500 * time.Millisecond) // every instance has heartbeated: N = 4
 
 	var admitted, denied, refused, failed atomic.Int64
+	var paused atomic.Int64 // the instance the client leaves out while it is stopped, or -1
+	paused.Store(-1)
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
@@ -130,6 +134,9 @@ func serveRestart(t *testing.T, bin string, sig syscall.Signal, inRecovery bool)
 			case <-stop:
 				return
 			case <-tick.C:
+			}
+			if int64(n%4) == paused.Load() {
+				continue
 			}
 			switch code, err := get(n % 4); {
 			case err != nil:
@@ -153,18 +160,35 @@ func serveRestart(t *testing.T, bin string, sig syscall.Signal, inRecovery bool)
 	}
 	if inRecovery {
 		time.Sleep(5 * time.Second)
+		// Instance 3 is stopped (SIGSTOP) while Redis comes back, so the
+		// recovery barrier does not come forward when the others arrive:
+		// instance 1 stays at it for its whole time (two probe intervals
+		// and two call deadlines), long enough to be seen reconciling.
+		// With every instance up, the barrier opens as the last one
+		// arrives, and an instance that arrives last is reconciling only
+		// for as long as its replay takes, a few milliseconds.
+		paused.Store(3)
+		time.Sleep(100 * time.Millisecond) // a request to 3 under way has its answer
+		if err := procs[3].Process.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
 		srv.Restart(t)
 		// Killed as soon as it is seen reconciling (replaying or at the
-		// barrier, which is a second away).
+		// barrier).
 		state := ""
 		for end := time.Now().Add(5 * time.Second); state != "reconciling" && time.Now().Before(end); {
 			state = breakerOf(ports[1])
 			time.Sleep(5 * time.Millisecond)
 		}
 		if state != "reconciling" {
+			procs[3].Process.Signal(syscall.SIGCONT)
 			t.Fatalf("instance 1 never seen reconciling after Redis came back (last %q)", state)
 		}
 		restart()
+		if err := procs[3].Process.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		paused.Store(-1)
 	} else {
 		time.Sleep(2 * time.Second)
 		restart()

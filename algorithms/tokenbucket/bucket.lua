@@ -1,5 +1,6 @@
--- holdfast token bucket: what one decision (tokenbucket.lua) and several
--- on one key (many.lua) share. The state is described in tokenbucket.lua.
+-- holdfast token bucket: the reading and the write of several decisions
+-- on one key (many.lua). The state is described in tokenbucket.lua, which
+-- has the same reading and write in line.
 
 -- (idiv: driver.LuaIDiv, put before this source.)
 

@@ -41,7 +41,7 @@ var manySource string
 // decisions on one key (driver.Many): the policy's C and T shared, a cost
 // each.
 var (
-	script, peekScript = driver.NewDecisionScripts(Name, driver.LuaIDiv+bucket+source, local, cloneState)
+	script, peekScript = driver.NewDecisionScripts(Name, source, local, cloneState)
 	_                  = script.WithMany(driver.NewMany(Name+"_many", driver.LuaIDiv+bucket+manySource, 2, 1))
 )
 

@@ -22,7 +22,13 @@
 --
 -- Reply: {allowed (0|1), remaining tokens, retry_after_us, reset_after_us,
 --         now_us}
--- (bucket.lua, put before this source, defines empty and credit_at.)
+--
+-- The script stands alone, with no function of bucket.lua (which many.lua
+-- uses): a lone caller's decision is one Redis call of it, and every
+-- closure a call creates and every call it makes is Redis time a decision
+-- pays (BENCHMARKS.md, section 6's script floor). The reading and the write
+-- are bucket.lua's empty, credit_at and spend, in line; replay_model_test
+-- and the storetest suites hold the two to the Go twin.
 local C = tonumber(ARGV[1])
 local T = tonumber(ARGV[2])
 local n = tonumber(ARGV[3])
@@ -38,24 +44,83 @@ if not now or now <= 0 then
     now = t[1] * 1000000 + t[2]
   end
 end
+local key = KEYS[1]
 local full = C * T
-local credit, err, plain = credit_at(KEYS[1], now, full)
-if err then
-  return redis.error_reply(err)
+-- The bucket's credit at now (a key that holds nothing is a full bucket),
+-- and whether the key holds E alone with less than full credit: a spend
+-- then keeps the key's expiry.
+local credit, plain = full, false
+local v = redis.pcall('GET', key)
+if v then
+  local e = tonumber(v)
+  if e then
+    plain = true
+  elseif type(v) == 'table' then
+    -- A hash {c, t} left by an earlier holdfast is read as E = t - c (the
+    -- next admit overwrites it with the string); any other type is
+    -- WRONGTYPE.
+    if not v.err or string.sub(v.err, 1, 9) ~= 'WRONGTYPE' then
+      return redis.error_reply(v.err or 'ERR holdfast token bucket: GET failed')
+    end
+    local h = redis.call('HMGET', key, 'c', 't')
+    local c, t = tonumber(h[1]), tonumber(h[2])
+    if not c or not t then
+      return redis.error_reply('ERR holdfast token bucket: corrupt state in ' .. key)
+    end
+    e = t - c
+  else
+    -- E and a recovery's merge log after it (replay.lua).
+    e = tonumber(string.match(v, '^(%-?%d+)|'))
+    if not e then
+      return redis.error_reply('ERR holdfast token bucket: corrupt state in ' .. key)
+    end
+  end
+  credit = now - e
+  if credit >= full then
+    credit, plain = full, false
+  end
 end
 local need = n * T
 if credit < need then
   local remaining = 0
   if credit > 0 then
-    remaining = idiv(credit, T)
+    remaining = math.floor(credit / T)
+    if remaining * T > credit then
+      remaining = remaining - 1
+    elseif (remaining + 1) * T <= credit then
+      remaining = remaining + 1
+    end
   end
   return {0, remaining, need - credit, full - credit, now}
 end
--- The key lives until the bucket is full again: then it equals a fresh one
--- (spend, bucket.lua). PEEK (set before this source: tokenbucket.go)
--- answers without spending.
-if not PEEK then
-  spend(KEYS[1], now, full, credit - need, plain)
-end
 credit = credit - need
-return {1, idiv(credit, T), 0, full - credit, now}
+-- The key lives until the bucket is full again, full - credit from now,
+-- and up to a quarter of full longer, so that spends in a row seldom move
+-- its expiry. A key that held E alone with less than full credit keeps its
+-- expiry while E is written (SET KEEPTTL); the expiry is read and moved
+-- only when it falls short (PTTL is a read; a key without an expiry gets
+-- one). Any other key is written whole: E alone, and an expiry. (The
+-- commands stay those of the ACL operations.md gives: SET, PTTL,
+-- PEXPIRE.) string.format: a Redis before 7 writes a number argument with
+-- %.14g, which turns a microsecond instant into an exponent. full / 4 is
+-- exact: full is an integer below 2^53. PEEK (set before this source:
+-- tokenbucket.go) answers without spending.
+if not PEEK then
+  local must = full - credit
+  if plain then
+    redis.call('SET', key, string.format('%d', now - credit), 'KEEPTTL')
+    -- 2 ms: PTTL counts whole milliseconds from the script's start.
+    if redis.call('PTTL', key) * 1000 < must + 2000 then
+      redis.call('PEXPIRE', key, string.format('%d', math.floor((must + math.floor(full / 4)) / 1000) + 2))
+    end
+  else
+    redis.call('SET', key, string.format('%d', now - credit), 'PX', string.format('%d', math.floor((must + math.floor(full / 4)) / 1000) + 2))
+  end
+end
+local remaining = math.floor(credit / T)
+if remaining * T > credit then
+  remaining = remaining - 1
+elseif (remaining + 1) * T <= credit then
+  remaining = remaining + 1
+end
+return {1, remaining, 0, full - credit, now}

@@ -30,6 +30,8 @@ type ceilingResult struct {
 	// HFImpls and HFGs are the holdfast rows.
 	HFImpls []string
 	HFGs    []int
+	// Floor is the script floor: reference scripts from one client.
+	Floor *floorResult
 }
 
 type ceilingHF struct {
@@ -42,7 +44,8 @@ const ceilingClients = 64
 
 // ceiling runs section 6: redis-benchmark sends EVALSHA of holdfast's
 // token-bucket script (the same arguments as section 1's token bucket) from
-// 64 clients, unpipelined and 16 deep, to one hot key and to random keys.
+// 64 clients, unpipelined and 16 deep, to one hot key and to random keys,
+// and the script floor (runFloor) from one client.
 // Each repetition also runs holdfast on each backend at G=64 and G=256
 // right after, so the fraction of the ceiling it reaches is paired run by
 // run.
@@ -70,7 +73,15 @@ func (h *harness) ceiling(ctx context.Context) error {
 	}
 	defer closeAll()
 	keys := makeKeys(h.cfg.Keys)
+	res.Floor = &floorResult{Requests: max(h.cfg.CeilingRequests/4, 100), Scripts: floorScripts(tokenbucket.Algorithm.Script().Source(), args),
+		Us: map[floorCell][]float64{}, PerSec: map[floorCell][]float64{}}
 	for rep := range h.cfg.HeadlineReps {
+		if err := h.runFloor(ctx, res.Floor, rep); err != nil {
+			return err
+		}
+		if err := h.admin.FlushAll(ctx).Err(); err != nil {
+			return err
+		}
 		for _, hot := range h.cfg.keysets() {
 			for _, p := range []int{1, 16} {
 				if err := h.runCeiling(ctx, res, ceilingCell{p, hot}, sha, args, rep); err != nil {

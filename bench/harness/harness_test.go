@@ -36,7 +36,7 @@ func TestSmoke(t *testing.T) {
 	md := rep.Markdown()
 	for _, want := range []string{
 		"## Targets", "## 1. Decisions per second", "## 1b.", "## 2. The local path", "## 3. Decision latency",
-		"## 4. Reconciliation", "## 5. Redis memory", "## 6. The Redis ceiling", "## 7. Recovery end to end", "the best peer", implHFRueidisTB, implRedisRate, implUlule,
+		"## 4. Reconciliation", "## 5. Redis memory", "## 6. The Redis ceiling", "## 7. Recovery end to end", "### The script floor", "the best peer", implHFRueidisTB, implRedisRate, implUlule,
 		implHFRueidisSC, implHFGoredisSC, memSC, "| " + slidingcounter.Name + " |",
 		implLocalXRate, implLocalGoLim, memTB, "EVALSHA",
 	} {
@@ -81,6 +81,14 @@ func TestSmoke(t *testing.T) {
 	for c, runs := range rep.Ceiling.Runs {
 		if len(runs) == 0 || runs[0] <= 0 {
 			t.Errorf("ceiling %v: %v", c, runs)
+		}
+	}
+	for _, sc := range rep.Ceiling.Floor.Scripts {
+		for _, hot := range cfg.keysets() {
+			c := floorCell{sc.Name, hot}
+			if us, ps := rep.Ceiling.Floor.Us[c], rep.Ceiling.Floor.PerSec[c]; len(us) != cfg.HeadlineReps || us[0] <= 0 || len(ps) != cfg.HeadlineReps || ps[0] <= 0 {
+				t.Errorf("floor %v: µs %v, calls/s %v", c, us, ps)
+			}
 		}
 	}
 	for b, runs := range rep.Recovery.Runs {

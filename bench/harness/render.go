@@ -518,6 +518,49 @@ func (r *Report) ceilingMD(b *md) {
 		}
 	}
 	b.line("")
+	r.floorMD(b)
+}
+
+// floorMD renders the script floor of section 6.
+func (r *Report) floorMD(b *md) {
+	f := r.Ceiling.Floor
+	if f == nil || len(f.Us) == 0 {
+		return
+	}
+	b.line("### The script floor: one client")
+	b.line("")
+	b.line("What a lone caller's decision costs Redis, script by script: `redis-benchmark -c 1`, %d calls a run, one run per", f.Requests)
+	b.line("script and key set in each of %d repetitions, after FLUSHALL and CONFIG RESETSTAT; \"µs a call\" is EVALSHA's", r.Config.HeadlineReps)
+	b.line("`usec_per_call`, \"calls/s\" redis-benchmark's own rate (a C client: the round trip with the least client")
+	b.line("time). The two floors are not limiters: each runs the fewest commands its algorithm needs, with no checks and")
+	b.line("(the token bucket) no expiry kept. ulule's decision is a fixed window; holdfast's is a token bucket on Redis's")
+	b.line("clock, which no script can decide without reading the clock, the state, and writing the state.")
+	b.line("")
+	header := []string{"script", "runs", "µs a call, hot key", "µs a call, " + keysetName(false), "calls/s, hot key", "calls/s, " + keysetName(false)}
+	us := func(v float64) string { return fmt.Sprintf("%.2f", v) }
+	var rows [][]string
+	for _, s := range f.Scripts {
+		row := []string{s.Name, s.Does}
+		for _, hot := range []bool{true, false} {
+			row = append(row, fmtSpread(stats.Summarize(f.Us[floorCell{s.Name, hot}]), us))
+		}
+		for _, hot := range []bool{true, false} {
+			row = append(row, fmtSpread(stats.Summarize(f.PerSec[floorCell{s.Name, hot}]), fmtRate))
+		}
+		rows = append(rows, row)
+	}
+	b.table(header, rows)
+	pct := func(v float64) string { return fmt.Sprintf("%.2f×", v) }
+	for _, hot := range r.Config.keysets() {
+		fw, tb, hf := f.PerSec[floorCell{"fixed window floor", hot}], f.PerSec[floorCell{"token bucket floor", hot}], f.PerSec[floorCell{"holdfast token bucket", hot}]
+		b.line("- %s: calls/s of the token bucket floor against the fixed window floor, paired run by run, %s; holdfast's", keysetName(hot), fmtSpread(pairedRatio(tb, fw), pct))
+		b.line("  token bucket against the fixed window floor %s, against the token bucket floor %s.", fmtSpread(pairedRatio(hf, fw), pct), fmtSpread(pairedRatio(hf, tb), pct))
+	}
+	b.line("")
+	b.line("Command (holdfast's script, hot key, one repetition):")
+	b.line("")
+	b.line("    %s", f.Command)
+	b.line("")
 }
 
 func (r *Report) recoveryMD(b *md) {

@@ -81,46 +81,47 @@ if v then
   end
 end
 local need = n * T
-if credit < need then
-  local remaining = 0
-  if credit > 0 then
-    remaining = math.floor(credit / T)
-    if remaining * T > credit then
-      remaining = remaining - 1
-    elseif (remaining + 1) * T <= credit then
-      remaining = remaining + 1
+local allowed = credit >= need
+if allowed then
+  -- The key lives until the bucket is full again, full - (credit - need)
+  -- from now, and up to a quarter of full longer, so that spends in a row
+  -- seldom move its expiry. A key that held E alone with less than full
+  -- credit keeps its expiry while E is written (SET KEEPTTL); the expiry is
+  -- read and moved only when it falls short (PTTL is a read; a key without
+  -- an expiry gets one). Any other key is written whole: E alone, and an
+  -- expiry. (The commands stay those of the ACL operations.md gives: SET,
+  -- PTTL, PEXPIRE.) string.format: a Redis before 7 writes a number
+  -- argument with %.14g, which turns a microsecond instant into an
+  -- exponent. full / 4 is exact: full is an integer below 2^53. PEEK (set
+  -- before this source: tokenbucket.go) answers without spending.
+  local left = credit - need
+  if not PEEK then
+    local must = full - left
+    local life = math.floor((must + math.floor(full / 4)) / 1000) + 2
+    if plain then
+      redis.call('SET', key, string.format('%d', now - left), 'KEEPTTL')
+      -- 2 ms: PTTL counts whole milliseconds from the script's start.
+      if redis.call('PTTL', key) * 1000 < must + 2000 then
+        redis.call('PEXPIRE', key, string.format('%d', life))
+      end
+    else
+      redis.call('SET', key, string.format('%d', now - left), 'PX', string.format('%d', life))
     end
   end
+  credit = left
+end
+-- The tokens left, floor(credit / T): driver.LuaIDiv in line, exact even
+-- where credit / T rounds.
+local remaining = 0
+if credit > 0 then
+  remaining = math.floor(credit / T)
+  if remaining * T > credit then
+    remaining = remaining - 1
+  elseif (remaining + 1) * T <= credit then
+    remaining = remaining + 1
+  end
+end
+if not allowed then
   return {0, remaining, need - credit, full - credit, now}
-end
-credit = credit - need
--- The key lives until the bucket is full again, full - credit from now,
--- and up to a quarter of full longer, so that spends in a row seldom move
--- its expiry. A key that held E alone with less than full credit keeps its
--- expiry while E is written (SET KEEPTTL); the expiry is read and moved
--- only when it falls short (PTTL is a read; a key without an expiry gets
--- one). Any other key is written whole: E alone, and an expiry. (The
--- commands stay those of the ACL operations.md gives: SET, PTTL,
--- PEXPIRE.) string.format: a Redis before 7 writes a number argument with
--- %.14g, which turns a microsecond instant into an exponent. full / 4 is
--- exact: full is an integer below 2^53. PEEK (set before this source:
--- tokenbucket.go) answers without spending.
-if not PEEK then
-  local must = full - credit
-  if plain then
-    redis.call('SET', key, string.format('%d', now - credit), 'KEEPTTL')
-    -- 2 ms: PTTL counts whole milliseconds from the script's start.
-    if redis.call('PTTL', key) * 1000 < must + 2000 then
-      redis.call('PEXPIRE', key, string.format('%d', math.floor((must + math.floor(full / 4)) / 1000) + 2))
-    end
-  else
-    redis.call('SET', key, string.format('%d', now - credit), 'PX', string.format('%d', math.floor((must + math.floor(full / 4)) / 1000) + 2))
-  end
-end
-local remaining = math.floor(credit / T)
-if remaining * T > credit then
-  remaining = remaining - 1
-elseif (remaining + 1) * T <= credit then
-  remaining = remaining + 1
 end
 return {1, remaining, 0, full - credit, now}

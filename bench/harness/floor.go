@@ -47,13 +47,20 @@ return 1
 `
 )
 
+// The names of the rows that the paired ratios (floorMD) compare.
+const (
+	floorFWName = "fixed window floor"
+	floorTBName = "token bucket floor"
+	floorHFName = "holdfast token bucket"
+)
+
 func floorScripts(tbSrc string, tbArgs []string) []floorScript {
 	return []floorScript{
 		{Name: "empty", Does: "`return 1`: EVALSHA itself", src: floorEmpty},
 		{Name: "clock", Does: "TIME", src: floorClock},
-		{Name: "fixed window floor", Does: "INCRBY, then PEXPIRE (new window) or PTTL; 2 integers", src: floorFixedWindow, args: []string{"1", "1000"}},
-		{Name: "token bucket floor", Does: "TIME, GET, INCRBY; 1 integer", src: floorTokenBucket, args: []string{"1"}},
-		{Name: "holdfast token bucket", Does: "the decision script of section 1's token bucket", src: tbSrc, args: tbArgs},
+		{Name: floorFWName, Does: "INCRBY, then PEXPIRE (new window) or PTTL; 2 integers", src: floorFixedWindow, args: []string{"1", "1000"}},
+		{Name: floorTBName, Does: "TIME, GET, INCRBY; 1 integer", src: floorTokenBucket, args: []string{"1"}},
+		{Name: floorHFName, Does: "the decision script of section 1's token bucket", src: tbSrc, args: tbArgs},
 	}
 }
 
@@ -108,7 +115,7 @@ func (h *harness) runFloor(ctx context.Context, res *floorResult, rep int) error
 			c := floorCell{s.Name, hot}
 			res.Us[c] = append(res.Us[c], us)
 			res.PerSec[c] = append(res.PerSec[c], rps)
-			if s.Name == "holdfast token bucket" && hot {
+			if s.Name == floorHFName && hot {
 				res.Command = "redis-benchmark " + strings.Join(cmd, " ")
 			}
 			h.progress("floor %-22s %-9s rep %d: %.2f µs a call, %.0f calls/s", s.Name, keysetName(hot), rep+1, us, rps)

@@ -65,7 +65,20 @@ const stripes = 256
 
 // pendingLimit is how many new keys a stripe remembers before it waits for
 // ristretto to apply its buffered inserts.
-const pendingLimit = 32
+const pendingLimit = 64
+
+// offerEvery is how many new keys a stripe holds before it offers them to
+// the cache, all in a row. Ristretto takes a Set through a channel that its
+// policy goroutine waits on, and a Set that finds it waiting wakes it: a
+// futex wake, and that goroutine run on the other core, which a Redis on
+// the same machine wanted. Offered one at a time at a lone caller's pace,
+// every new key paid that wake-up (the fallback layer keeps each key it
+// sees through Redis here, so on many keys that is every decision); offered
+// offerEvery at a time, the goroutine wakes once and finds the rest
+// waiting. Until they are offered the entries are found in the stripe's
+// pending map, not charged to MaxBytes and not evictable: at most
+// offerEvery-1 a stripe.
+const offerEvery = 16
 
 // Options configures a Store. The zero value of each field means its default.
 type Options struct {
@@ -94,11 +107,12 @@ type Store struct {
 type stripe struct {
 	mu      sync.Mutex
 	pending map[string]*entry
+	held    []string // keys of pending not yet offered to the cache (offerEvery)
 	key     []byte   // RunDirect's storage key, built under mu
 	last    *entry   // the entry the cache last returned here
 	lastKey []byte   // its key
 	hits    uint32   // lookups of last that skipped the cache
-	_       [52]byte // two cache lines a stripe
+	_       [28]byte // two cache lines a stripe
 }
 
 type entry struct {
@@ -349,12 +363,14 @@ func (s *Store) lookup(st *stripe, key string) *entry {
 	return st.pending[key]
 }
 
-// insert adds a new entry. Once the stripe holds pendingLimit unconfirmed
-// entries it waits for ristretto to apply them, offers the ones a full
-// buffer dropped once more, and forgets the rest: entries the cache's policy
-// rejected are forgotten like evicted ones.
+// insert adds a new entry. New entries are offered to the cache
+// offerEvery at a time (see offerEvery). Once the stripe holds pendingLimit
+// unconfirmed entries it waits for ristretto to apply them, offers the ones
+// a full buffer dropped once more, and forgets the rest: entries the
+// cache's policy rejected are forgotten like evicted ones.
 func (s *Store) insert(st *stripe, key string, e *entry, state any) {
 	if len(st.pending) >= pendingLimit {
+		s.offer(st)
 		s.cache.Wait()
 		for k, pe := range st.pending {
 			if _, ok := s.cache.Get(k); !ok {
@@ -365,8 +381,21 @@ func (s *Store) insert(st *stripe, key string, e *entry, state any) {
 		clear(st.pending)
 	}
 	e.cost = cost(key, state)
-	s.cache.Set(key, e, int64(e.cost))
 	st.pending[key] = e
+	if st.held = append(st.held, key); len(st.held) >= offerEvery {
+		s.offer(st)
+	}
+}
+
+// offer hands the stripe's held entries to the cache, in a row.
+func (s *Store) offer(st *stripe) {
+	for _, k := range st.held {
+		if pe := st.pending[k]; pe != nil {
+			s.cache.Set(k, pe, int64(pe.cost))
+		}
+	}
+	clear(st.held)
+	st.held = st.held[:0]
 }
 
 // Sizer is implemented by algorithm states that know their size in bytes.

@@ -2,8 +2,10 @@ package memory
 
 import (
 	"hash/maphash"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/holdfast/holdfast/core"
@@ -36,5 +38,79 @@ func TestSizes(t *testing.T) {
 	}
 	if n := unsafe.Sizeof(entry{}); n > 32 {
 		t.Errorf("an entry is %d bytes, want at most 32", n)
+	}
+}
+
+// TestOfferInRows: a stripe offers its new keys to the cache offerEvery at
+// a time; until then they are found among its pending ones, so an Update
+// sees every key it saved, offered or not.
+func TestOfferInRows(t *testing.T) {
+	s, err := New(Options{MaxBytes: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var keys []string
+	for i := 0; len(keys) < offerEvery; i++ {
+		k := "k" + strconv.Itoa(i)
+		if maphash.String(s.seed, k)%stripes == 0 {
+			keys = append(keys, k)
+		}
+	}
+	inCache := func() int {
+		s.cache.Wait()
+		n := 0
+		for _, k := range keys {
+			if _, ok := s.cache.Get(k); ok {
+				n++
+			}
+		}
+		return n
+	}
+	for i, k := range keys {
+		s.Update(k, func(prev any, _ int64) (any, int64) { return i, int64(time.Hour / time.Microsecond) })
+		if i == offerEvery-2 {
+			if n := inCache(); n != 0 {
+				t.Fatalf("%d of %d held keys are in the cache before the stripe offered them", n, offerEvery-1)
+			}
+		}
+	}
+	if n := inCache(); n != offerEvery {
+		t.Fatalf("%d of %d keys in the cache after the stripe offered them, want all", n, offerEvery)
+	}
+	for i, k := range keys {
+		s.Update(k, func(prev any, _ int64) (any, int64) {
+			if prev != i {
+				t.Errorf("key %s holds %v, want %d", k, prev, i)
+			}
+			return prev, -1
+		})
+	}
+}
+
+// TestEveryNewKeyFound: with room for every key, each key saved is found
+// by its next Update, through the held, pending and offered stages.
+func TestEveryNewKeyFound(t *testing.T) {
+	s, err := New(Options{MaxBytes: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const n = 20000
+	life := int64(time.Hour / time.Microsecond)
+	for i := range n {
+		s.Update("key-"+strconv.Itoa(i), func(prev any, _ int64) (any, int64) { return i, life })
+	}
+	lost := 0
+	for i := range n {
+		s.Update("key-"+strconv.Itoa(i), func(prev any, _ int64) (any, int64) {
+			if prev != i {
+				lost++
+			}
+			return prev, -1
+		})
+	}
+	if lost != 0 {
+		t.Fatalf("%d of %d keys were not found by their next Update", lost, n)
 	}
 }

@@ -37,9 +37,8 @@ local function empty(key)
 end
 
 -- credit_at returns the credit the bucket in key holds at now, when a full
--- bucket holds full (a key that holds nothing is a full bucket), and
--- whether the key holds E alone with less than full credit: a spend then
--- keeps the key's expiry (spend); or nil and an error.
+-- bucket holds full (a key that holds nothing is a full bucket), and the
+-- key's E when it holds E alone (for spend); or nil and an error.
 local function credit_at(key, now, full)
   local e, err, plain = empty(key)
   if err then
@@ -49,34 +48,32 @@ local function credit_at(key, now, full)
     return full
   end
   local credit = now - e
-  if credit >= full then
-    return full
+  if credit > full then
+    credit = full
   end
-  return credit, nil, plain
+  if plain then
+    return credit, nil, e
+  end
+  return credit
 end
 
 -- spend writes the bucket in key after a spend left it credit at now
--- (read by credit_at, with its plain). The key must live until the bucket
--- is full again, full - credit from now; it lives up to a quarter of full
--- longer, so that spends in a row seldom have to move its expiry. A key
--- that holds E alone with less than full credit keeps its expiry while E
--- is written (SET KEEPTTL), which is read and moved only when it falls
--- short (PTTL is a read; a key without an expiry gets one). Any other key
--- is written whole: E alone, and an expiry. (The commands stay those of
--- the ACL operations.md gives: SET, PTTL, PEXPIRE.)
+-- (read by credit_at, with its plain E), with tokenbucket.lua's expiry:
+-- the first millisecond past (floor(E / q) + 1) * q + full, q a quarter
+-- of full (at least 1 ms). A key that held E alone in the same quarter
+-- keeps its expiry (SET KEEPTTL); any other key is written whole (SET
+-- PX, counted from now as tokenbucket.lua does). string.format: see
+-- tokenbucket.lua.
 local function spend(key, now, full, credit, plain)
-  local must = full - credit
-  -- string.format: a Redis before 7 writes a number argument with %.14g,
-  -- which turns a microsecond instant into an exponent.
-  local e = string.format('%d', now - credit)
-  if plain then
-    redis.call('SET', key, e, 'KEEPTTL')
-    -- 2 ms: PTTL counts whole milliseconds from the script's start.
-    if redis.call('PTTL', key) * 1000 >= must + 2000 then
-      return
-    end
-    redis.call('PEXPIRE', key, string.format('%d', math.floor((must + idiv(full, 4)) / 1000) + 2))
+  local e = now - credit
+  local q = math.floor(full / 4)
+  if q < 1000 then
+    q = 1000
+  end
+  local b = idiv(e, q)
+  if plain and plain >= b * q then
+    redis.call('SET', key, string.format('%d', e), 'KEEPTTL')
     return
   end
-  redis.call('SET', key, e, 'PX', string.format('%d', math.floor((must + idiv(full, 4)) / 1000) + 2))
+  redis.call('SET', key, string.format('%d', e), 'PX', string.format('%d', math.floor(((b + 1) * q + full - now) / 1000) + 2))
 end

@@ -161,19 +161,21 @@ func TestRedisLegacyHash(t *testing.T) {
 
 // TestRedisExpiry: after every admitted decision the bucket's key lives at
 // least until the bucket is full again (reset_after from the decision's
-// Redis time) and at most a quarter of full longer, whether the decision
-// wrote the key whole (a fresh key, one without an expiry) or moved E in
-// place (spends in a row, which leave an expiry that is long enough as it
-// is); the value stays E alone, INT-encoded, and a denial leaves the key
-// and its expiry as they were.
+// Redis time) and at most a quarter of full longer: until the end of E's
+// quarter, (⌊E/q⌋+1)·q + full, q = full/4, and 1–2 ms more. A spend that
+// leaves E in the quarter of the E the key held keeps its expiry (SET
+// KEEPTTL), any other writes it again; so a key without an expiry (after
+// a PERSIST) gets one at the first spend that leaves its quarter. The
+// value stays E alone, INT-encoded, and a denial leaves the key and its
+// expiry as they were.
 func TestRedisExpiry(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	store := newStore(t, srv)
 	ctx := context.Background()
-	p := must(tokenbucket.Policy("exp", 10, 10)) // full: 1 s
-	const full = 1_000_000
-	const held = 50_000 // us a script may be held between TIME and PEXPIRE
+	p := must(tokenbucket.Policy("exp", 10, 10)) // full: 1 s, a token 100 ms
+	const full, q = 1_000_000, 250_000
+	const held = 50_000 // us a script may be held between TIME and SET PX
 	key := driver.StorageKey("hf:", "tb", "exp")
 	decide := func(what string, cost int64) (r []int64, expiresAt int64) {
 		t.Helper()
@@ -186,43 +188,65 @@ func TestRedisExpiry(t *testing.T) {
 		}
 		return r, expiresAt
 	}
-	spend := func(what string) (now, expiresAt int64) {
+	// spend admits one token and returns the E it stored and the key's
+	// expiry (-1: none).
+	spend := func(what string) (e, expiresAt int64) {
 		t.Helper()
 		r, at := decide(what, 1)
 		if r[0] != 1 {
 			t.Fatalf("%s: denied (reply %v), want admitted", what, r)
 		}
 		now, reset := r[4], r[3]
-		if e, err := strconv.ParseInt(srv.Do(t, "GET", key), 10, 64); err != nil || e != now-full+reset {
+		e, err := strconv.ParseInt(srv.Do(t, "GET", key), 10, 64)
+		if err != nil || e != now-full+reset {
 			t.Fatalf("%s: E %d (%v), want now - full + reset_after = %d", what, e, err, now-full+reset)
 		}
 		if enc := srv.Do(t, "OBJECT", "ENCODING", key); enc != "int" {
 			t.Fatalf("%s: encoding %s, want int", what, enc)
 		}
-		// PEXPIRE counts from Redis's clock as it runs, later than the
-		// script's TIME by as long as the script was held: on a loaded
-		// machine Redis is descheduled for milliseconds. The expiry may
-		// be later by that much (a longer life is safe), never earlier.
-		if at*1000 < now+reset || at*1000 > now+reset+full/4+3000+held {
-			t.Fatalf("%s: expires at %d ms, want from %d to %d (reset_after %d us)", what, at, (now+reset)/1000, (now+reset+full/4+3000+held)/1000, reset)
+		return e, at
+	}
+	// inBounds: an expiry that covers E's quarter, at most 3 ms (and as
+	// long as a script may be held: PX counts from Redis's clock as the
+	// SET runs) past it.
+	inBounds := func(what string, e, at int64) {
+		t.Helper()
+		end := (e/q+1)*q + full
+		if at*1000 < end || at*1000 > end+3000+held {
+			t.Fatalf("%s: expires at %d ms, want from %d to %d (E %d, its quarter ends at %d us)", what, at, end/1000, (end+3000+held)/1000, e, end)
 		}
-		return now, at
 	}
-	now1, at1 := spend("fresh key")
-	now2, at2 := spend("second spend")
-	if now2-now1 < 100_000 && at2 != at1 {
-		// Spend 1 set the expiry 350 ms past now1; spend 2 needs 200 ms.
-		t.Errorf("second spend %d us after the first moved the expiry from %d to %d ms, want it kept", now2-now1, at1, at2)
-	}
-	for i := range 7 {
-		spend(fmt.Sprintf("spend %d in a row", i+3))
+	e1, at1 := spend("fresh key")
+	inBounds("fresh key", e1, at1)
+	e2, at2 := spend("second spend")
+	inBounds("second spend", e2, at2)
+	if e2/q == e1/q && at2 != at1 {
+		t.Errorf("second spend in E's quarter moved the expiry from %d to %d ms, want it kept", at1, at2)
 	}
 	srv.Do(t, "PERSIST", key)
-	_, at := spend("key without an expiry")
+	prev, expiring := e2, false
+	for i := range 8 {
+		what := fmt.Sprintf("spend %d in a row, after a PERSIST", i+3)
+		e, at := spend(what)
+		if e/q != prev/q {
+			expiring = true
+		}
+		if !expiring && at != -1 {
+			t.Fatalf("%s: E %d in the quarter of the last, expires at %d ms, want no expiry kept", what, e, at)
+		}
+		if expiring {
+			inBounds(what, e, at)
+		}
+		prev = e
+	}
+	if !expiring {
+		t.Fatalf("8 spends of 100 ms from E %d left E in its quarter (last %d)", e2, prev)
+	}
 	// All 10 tokens spent: a decision of cost 10 is denied (for about a
 	// second) and writes nothing.
-	value := srv.Do(t, "GET", key)
+	value, at := srv.Do(t, "GET", key), srv.Do(t, "PEXPIRETIME", key)
 	r, atAfter := decide("cost 10", 10)
+	now1 := e1 + full - 100_000 // the fresh key's spend left 9 tokens
 	if r[4]-now1 >= 900_000 {
 		t.Logf("cost 10 decided %d us after the first spend: the bucket may have refilled, denial not checked", r[4]-now1)
 		return
@@ -230,7 +254,19 @@ func TestRedisExpiry(t *testing.T) {
 	if r[0] != 0 {
 		t.Fatalf("cost 10 after 10 spends: reply %v, want a denial", r)
 	}
-	if atAfter != at || srv.Do(t, "GET", key) != value {
-		t.Fatalf("a denial changed the key: expiry %d -> %d ms, value %s -> %s", at, atAfter, value, srv.Do(t, "GET", key))
+	if strconv.FormatInt(atAfter, 10) != at || srv.Do(t, "GET", key) != value {
+		t.Fatalf("a denial changed the key: expiry %s -> %d ms, value %s -> %s", at, atAfter, value, srv.Do(t, "GET", key))
 	}
+	// A refund of 3 tokens moves E back by 300 ms and writes the key with
+	// its quarter's expiry, so that spends after it may keep it.
+	c := p.Algorithm().(driver.Refunder).RefundCall(p, key, 3, "", driver.Reply{})
+	if r, err := store.Run(ctx, c.Script, c.Keys, c.Args); err != nil || r[0] != 1 {
+		t.Fatalf("refund: %v %v, want {1}", r, err)
+	}
+	e, err := strconv.ParseInt(srv.Do(t, "GET", key), 10, 64)
+	if err != nil || e != prev-300_000 {
+		t.Fatalf("refund: E %d (%v), want %d", e, err, prev-300_000)
+	}
+	at2, _ = strconv.ParseInt(srv.Do(t, "PEXPIRETIME", key), 10, 64)
+	inBounds("refund", e, at2)
 }

@@ -104,7 +104,7 @@ func (algorithm) FreshWrites(w []string, b *driver.Batch, o driver.ReplayOptions
 		if b.Seed.At <= 0 || e+full <= now {
 			return w, true
 		}
-		return driver.AppendFresh(w, "SET", strconv.FormatInt(e, 10), "PX", strconv.FormatInt(floorDiv(e+full-now, 1000)+1, 10)), true
+		return driver.AppendFresh(w, "SET", strconv.FormatInt(e, 10), "PX", strconv.FormatInt(lifeMs(e, full, now), 10)), true
 	}
 	cur := -full
 	if b.Seed.At > 0 {
@@ -112,19 +112,33 @@ func (algorithm) FreshWrites(w []string, b *driver.Batch, o driver.ReplayOptions
 	}
 	e := max(cur+f.s, f.a)
 	e = min(e, max(now, f.x)+full)
-	ttl := floorDiv(e+full-now, 1000) + 1
+	if f.m > maxLog {
+		// E alone: the expiry of E's quarter (lifeMs).
+		return driver.AppendFresh(w, "SET", strconv.FormatInt(e, 10), "PX", strconv.FormatInt(lifeMs(e, full, now), 10)), true
+	}
 	var value []byte
 	value = strconv.AppendInt(value, e, 10)
-	if f.m <= maxLog {
-		value = append(value, '|')
-		value = strconv.AppendInt(value, now, 10)
-		value = append(value, '|')
-		value = strconv.AppendInt(value, cur, 10)
-		value = append(value, '|')
-		value = append(value, f.text...)
-		ttl = max(ttl, floorDiv(o.MergeWindow.Microseconds(), 1000)+1)
-	}
+	value = append(value, '|')
+	value = strconv.AppendInt(value, now, 10)
+	value = append(value, '|')
+	value = strconv.AppendInt(value, cur, 10)
+	value = append(value, '|')
+	value = append(value, f.text...)
+	ttl := max(floorDiv(e+full-now, 1000)+1, floorDiv(o.MergeWindow.Microseconds(), 1000)+1)
 	return driver.AppendFresh(w, "SET", string(value), "PX", strconv.FormatInt(max(ttl, 1), 10)), true
+}
+
+// lifeMs is how long, in ms from now, a key holding E alone lives (SET
+// PX): until (⌊e ÷ q⌋ + 1)·q + full µs and 1–2 ms more, where q is a
+// quarter of full and at least 1 ms. The key so lives until the bucket is
+// full again, e + full, and at most about q longer; and the instant it
+// lives until is the same for every E in one quarter, so a spend that
+// leaves E in the quarter of the E the key holds keeps its expiry (SET
+// KEEPTTL, tokenbucket.lua). Every writer of a key holding E alone sets
+// it: the decision and its Many, the refund, the replay. Never below 1.
+func lifeMs(e, full, now int64) int64 {
+	q := max(full/4, 1000)
+	return max(floorDiv((floorDiv(e, q)+1)*q+full-now, 1000)+2, 1)
 }
 
 // floorDiv is ⌊a ÷ b⌋ for b > 0.

@@ -93,15 +93,19 @@ if m == 0 then
       e = now + full
     end
   end
-  ttl = math.floor((e + full - now) / 1000) + 1
   local value = string.format('%d', e)
-  if rest then
-    -- A recovery's merge log is kept, and lives as long as it did.
-    value = value .. '|' .. rest
-    local pttl = redis.call('PTTL', key)
-    if pttl > ttl then
-      ttl = pttl
-    end
+  if not rest then
+    -- E alone: tokenbucket.lua's expiry, E's quarter's (q: full / 4).
+    local q = math.max(math.floor(full / 4), 1000)
+    redis.call('SET', key, value, 'PX', string.format('%d', math.floor(((idiv(e, q) + 1) * q + full - now) / 1000) + 2))
+    return {1, 0, now}
+  end
+  -- A recovery's merge log is kept, and lives as long as it did.
+  ttl = math.floor((e + full - now) / 1000) + 1
+  value = value .. '|' .. rest
+  local pttl = redis.call('PTTL', key)
+  if pttl > ttl then
+    ttl = pttl
   end
   redis.call('SET', key, value, 'PX', string.format('%d', ttl))
   return {1, 0, now}
@@ -227,7 +231,10 @@ end
 local ttl = math.floor((e + full - now) / 1000) + 1
 local value
 if np + m > MAXLOG then
+  -- E alone: tokenbucket.lua's expiry, E's quarter's (q: full / 4).
+  local q = math.max(math.floor(full / 4), 1000)
   value = string.format('%d', e)
+  ttl = math.floor(((idiv(e, q) + 1) * q + full - now) / 1000) + 2
 else
   if log then
     value = string.format('%d|', e) .. log .. '|' .. ARGV[i + 6]

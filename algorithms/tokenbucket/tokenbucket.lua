@@ -47,14 +47,13 @@ end
 local key = KEYS[1]
 local full = C * T
 -- The bucket's credit at now (a key that holds nothing is a full bucket),
--- and whether the key holds E alone with less than full credit: a spend
--- then keeps the key's expiry.
+-- and plain: the key's E when it holds E alone (false otherwise).
 local credit, plain = full, false
 local v = redis.pcall('GET', key)
 if v then
   local e = tonumber(v)
   if e then
-    plain = true
+    plain = e
   elseif type(v) == 'table' then
     -- A hash {c, t} left by an earlier holdfast is read as E = t - c (the
     -- next admit overwrites it with the string); any other type is
@@ -76,36 +75,44 @@ if v then
     end
   end
   credit = now - e
-  if credit >= full then
-    credit, plain = full, false
+  if credit > full then
+    credit = full
   end
 end
 local need = n * T
 local allowed = credit >= need
 if allowed then
-  -- The key lives until the bucket is full again, full - (credit - need)
-  -- from now, and up to a quarter of full longer, so that spends in a row
-  -- seldom move its expiry. A key that held E alone with less than full
-  -- credit keeps its expiry while E is written (SET KEEPTTL); the expiry is
-  -- read and moved only when it falls short (PTTL is a read; a key without
-  -- an expiry gets one). Any other key is written whole: E alone, and an
-  -- expiry. (The commands stay those of the ACL operations.md gives: SET,
-  -- PTTL, PEXPIRE.) string.format: a Redis before 7 writes a number
-  -- argument with %.14g, which turns a microsecond instant into an
-  -- exponent. full / 4 is exact: full is an integer below 2^53. PEEK (set
-  -- before this source: tokenbucket.go) answers without spending.
+  -- The key holding E lives until the bucket is full again, E + full, and
+  -- at most a quarter of full (q, at least 1 ms) longer: to the end of E's
+  -- quarter, (floor(E / q) + 1) * q + full, and 1-2 ms more (PX counts
+  -- whole milliseconds from Redis's clock), an instant that depends on E's
+  -- quarter alone (replay.go's lifeMs; every writer of a key holding E
+  -- alone gives it this expiry). A spend moves E forward; while E stays in
+  -- the quarter of the E the key holds, the key's expiry is already right
+  -- and E is written keeping it (SET KEEPTTL: no PTTL read, Redis's expiry
+  -- table untouched). Otherwise, and for a key that held nothing, a merge
+  -- log or an old hash, the key is written whole with its expiry (SET PX).
+  -- The commands stay those of the ACL operations.md gives.
+  -- string.format: a Redis before 7 writes a number argument with %.14g,
+  -- and 7.2's shortest form writes one with 8 trailing zeros with an
+  -- exponent. PEEK (set before this source: tokenbucket.go) answers
+  -- without spending.
   local left = credit - need
   if not PEEK then
-    local must = full - left
-    local life = math.floor((must + math.floor(full / 4)) / 1000) + 2
-    if plain then
-      redis.call('SET', key, string.format('%d', now - left), 'KEEPTTL')
-      -- 2 ms: PTTL counts whole milliseconds from the script's start.
-      if redis.call('PTTL', key) * 1000 < must + 2000 then
-        redis.call('PEXPIRE', key, string.format('%d', life))
-      end
+    local ne = now - left
+    local q = math.floor(full / 4)
+    if q < 1000 then
+      q = 1000
+    end
+    -- floor(ne / q), exact where ne / q rounds up to an integer.
+    local b = math.floor(ne / q)
+    if b * q > ne then
+      b = b - 1
+    end
+    if plain and plain >= b * q then
+      redis.call('SET', key, string.format('%d', ne), 'KEEPTTL')
     else
-      redis.call('SET', key, string.format('%d', now - left), 'PX', string.format('%d', life))
+      redis.call('SET', key, string.format('%d', ne), 'PX', string.format('%d', math.floor(((b + 1) * q + full - now) / 1000) + 2))
     end
   end
   credit = left

@@ -59,21 +59,16 @@ end
 
 -- spend writes the bucket in key after a spend left it credit at now
 -- (read by credit_at, with its plain E), with tokenbucket.lua's expiry:
--- the first millisecond past (floor(E / q) + 1) * q + full, q a quarter
--- of full (at least 1 ms). A key that held E alone in the same quarter
--- keeps its expiry (SET KEEPTTL); any other key is written whole (SET
--- PX, counted from now as tokenbucket.lua does). string.format: see
--- tokenbucket.lua.
+-- to the end of E's quarter, q a quarter of full (at least 1 ms). A key
+-- that held E alone in the same quarter keeps its expiry (SET KEEPTTL);
+-- any other key is written whole (SET PX life_ms, put before this source
+-- with driver.LuaIDiv). string.format: see tokenbucket.lua.
 local function spend(key, now, full, credit, plain)
   local e = now - credit
-  local q = math.floor(full / 4)
-  if q < 1000 then
-    q = 1000
-  end
-  local b = idiv(e, q)
-  if plain and plain >= b * q then
+  local q = math.max(math.floor(full / 4), 1000)
+  if plain and idiv(plain, q) == idiv(e, q) then
     redis.call('SET', key, string.format('%d', e), 'KEEPTTL')
     return
   end
-  redis.call('SET', key, string.format('%d', e), 'PX', string.format('%d', math.floor(((b + 1) * q + full - now) / 1000) + 2))
+  redis.call('SET', key, string.format('%d', e), 'PX', life_ms(e, full, now))
 end

@@ -10,7 +10,7 @@ import (
 //go:embed refund.lua
 var refundSource string
 
-var refundScript = driver.NewScript(Name+"_refund", driver.LuaIDiv+refundSource, refundLocal)
+var refundScript = driver.NewScript(Name+"_refund", driver.LuaIDiv+luaLife+refundSource, refundLocal)
 
 var (
 	_ driver.Peeker   = algorithm{}

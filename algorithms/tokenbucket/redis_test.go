@@ -269,4 +269,21 @@ func TestRedisExpiry(t *testing.T) {
 	}
 	at2, _ = strconv.ParseInt(srv.Do(t, "PEXPIRETIME", key), 10, 64)
 	inBounds("refund", e, at2)
+	// Two decisions of one token in one call (the Many, bucket.lua's
+	// spend): E moves on by 200 ms, keeping the expiry in its quarter and
+	// writing its quarter's otherwise.
+	m := p.Algorithm().Script().Many()
+	shared := p.Algorithm().Args(p, 1, "", 0)[:m.Shared]
+	if r, err := store.Run(ctx, m.Script, []string{key}, append(shared, "1", "", "1", "")); err != nil {
+		t.Fatalf("many: %v %v", r, err)
+	}
+	em, err := strconv.ParseInt(srv.Do(t, "GET", key), 10, 64)
+	if err != nil || em != e+200_000 {
+		t.Fatalf("many: E %d (%v), want %d", em, err, e+200_000)
+	}
+	atm, _ := strconv.ParseInt(srv.Do(t, "PEXPIRETIME", key), 10, 64)
+	inBounds("many", em, atm)
+	if em/q == e/q && atm != at2 {
+		t.Errorf("many: E in the refund's quarter moved the expiry from %d to %d ms, want it kept", at2, atm)
+	}
 }

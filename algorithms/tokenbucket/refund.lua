@@ -37,9 +37,8 @@ if credit >= full then
   redis.call('DEL', KEYS[1])
   return {1}
 end
--- E alone, with tokenbucket.lua's expiry, E's quarter's (q: full / 4).
--- (idiv: driver.LuaIDiv, put before this source.)
+-- E alone, living to the end of its quarter (life_ms, put before this
+-- source with driver.LuaIDiv).
 local e = now - credit
-local q = math.max(math.floor(full / 4), 1000)
-redis.call('SET', KEYS[1], string.format('%d', e), 'PX', string.format('%d', math.floor(((idiv(e, q) + 1) * q + full - now) / 1000) + 2))
+redis.call('SET', KEYS[1], string.format('%d', e), 'PX', life_ms(e, full, now))
 return {1}

@@ -20,7 +20,7 @@ var replaySource string
 // replay.lua): it charges an outage batch its marginal cost in one global
 // bucket fed every grant replayed in the same recovery (Replay is its Go
 // model).
-var ReplayScript = driver.NewReplayScript("reconcile_token_bucket", replaySource)
+var ReplayScript = driver.NewReplayScript("reconcile_token_bucket", replaySource, luaLife)
 
 // ReplayScript returns ReplayScript.
 func (algorithm) ReplayScript() *driver.Script { return ReplayScript }
@@ -104,7 +104,7 @@ func (algorithm) FreshWrites(w []string, b *driver.Batch, o driver.ReplayOptions
 		if b.Seed.At <= 0 || e+full <= now {
 			return w, true
 		}
-		return driver.AppendFresh(w, "SET", strconv.FormatInt(e, 10), "PX", strconv.FormatInt(lifeMs(e, full, now), 10)), true
+		return appendAlone(w, e, full, now), true
 	}
 	cur := -full
 	if b.Seed.At > 0 {
@@ -113,8 +113,7 @@ func (algorithm) FreshWrites(w []string, b *driver.Batch, o driver.ReplayOptions
 	e := max(cur+f.s, f.a)
 	e = min(e, max(now, f.x)+full)
 	if f.m > maxLog {
-		// E alone: the expiry of E's quarter (lifeMs).
-		return driver.AppendFresh(w, "SET", strconv.FormatInt(e, 10), "PX", strconv.FormatInt(lifeMs(e, full, now), 10)), true
+		return appendAlone(w, e, full, now), true
 	}
 	var value []byte
 	value = strconv.AppendInt(value, e, 10)
@@ -126,6 +125,12 @@ func (algorithm) FreshWrites(w []string, b *driver.Batch, o driver.ReplayOptions
 	value = append(value, f.text...)
 	ttl := max(floorDiv(e+full-now, 1000)+1, floorDiv(o.MergeWindow.Microseconds(), 1000)+1)
 	return driver.AppendFresh(w, "SET", string(value), "PX", strconv.FormatInt(max(ttl, 1), 10)), true
+}
+
+// appendAlone appends the write of E alone into a missing key, living to
+// the end of E's quarter (lifeMs).
+func appendAlone(w []string, e, full, now int64) []string {
+	return driver.AppendFresh(w, "SET", strconv.FormatInt(e, 10), "PX", strconv.FormatInt(lifeMs(e, full, now), 10))
 }
 
 // lifeMs is how long, in ms from now, a key holding E alone lives (SET

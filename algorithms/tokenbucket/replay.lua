@@ -95,9 +95,8 @@ if m == 0 then
   end
   local value = string.format('%d', e)
   if not rest then
-    -- E alone: tokenbucket.lua's expiry, E's quarter's (q: full / 4).
-    local q = math.max(math.floor(full / 4), 1000)
-    redis.call('SET', key, value, 'PX', string.format('%d', math.floor(((idiv(e, q) + 1) * q + full - now) / 1000) + 2))
+    -- E alone, living to the end of its quarter (life_ms: luaLife).
+    redis.call('SET', key, value, 'PX', life_ms(e, full, now))
     return {1, 0, now}
   end
   -- A recovery's merge log is kept, and lives as long as it did.
@@ -227,29 +226,21 @@ if e > late + full then
   e = late + full
 end
 
--- The key lives until the bucket is full again, and while the log is read.
-local ttl = math.floor((e + full - now) / 1000) + 1
-local value
 if np + m > MAXLOG then
-  -- E alone: tokenbucket.lua's expiry, E's quarter's (q: full / 4).
-  local q = math.max(math.floor(full / 4), 1000)
-  value = string.format('%d', e)
-  ttl = math.floor(((idiv(e, q) + 1) * q + full - now) / 1000) + 2
+  -- E alone, living to the end of its quarter (life_ms: luaLife).
+  redis.call('SET', key, string.format('%d', e), 'PX', life_ms(e, full, now))
 else
+  -- The key lives until the bucket is full again, and while the log is
+  -- read.
+  local value
   if log then
     value = string.format('%d|', e) .. log .. '|' .. ARGV[i + 6]
   else
     value = string.format('%d|%s|%d|', e, nowS, base) .. ARGV[i + 6]
   end
-  local keep = math.floor((start + window - now) / 1000) + 1
-  if ttl < keep then
-    ttl = keep
-  end
+  local ttl = math.max(math.floor((e + full - now) / 1000) + 1, math.floor((start + window - now) / 1000) + 1, 1)
+  redis.call('SET', key, value, 'PX', string.format('%d', ttl))
 end
-if ttl < 1 then
-  ttl = 1
-end
-redis.call('SET', key, value, 'PX', string.format('%d', ttl))
 local c = now - e
 if c > full then
   c = full

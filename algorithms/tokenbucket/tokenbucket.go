@@ -42,8 +42,24 @@ var manySource string
 // each.
 var (
 	script, peekScript = driver.NewDecisionScripts(Name, source, local, cloneState)
-	_                  = script.WithMany(driver.NewMany(Name+"_many", driver.LuaIDiv+bucket+manySource, 2, 1))
+	_                  = script.WithMany(driver.NewMany(Name+"_many", driver.LuaIDiv+luaLife+bucket+manySource, 2, 1))
 )
+
+// luaLife is life_ms(e, full, now), lifeMs in Lua: the PX, a decimal
+// string, of a key holding E alone, written at now. bucket.lua (the
+// Many), refund.lua and replay.lua call it; tokenbucket.lua has it in
+// line, with the quarter it also needs. (idiv: driver.LuaIDiv, before
+// it.) string.format: see tokenbucket.lua.
+const luaLife = `-- life_ms: a key holding E alone lives to the end of E's quarter (lifeMs).
+local function life_ms(e, full, now)
+  local q = math.max(math.floor(full / 4), 1000)
+  local ms = math.floor(((idiv(e, q) + 1) * q + full - now) / 1000) + 2
+  if ms < 1 then
+    ms = 1
+  end
+  return string.format('%d', ms)
+end
+`
 
 // cloneState copies the state the memory store holds, for a peek.
 func cloneState(prev any) any {

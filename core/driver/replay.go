@@ -2,6 +2,7 @@ package driver
 
 import (
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -88,8 +89,11 @@ type ReplayOptions struct {
 // Reply: for each batch, its reply's length and then its reply; a length
 // of -1 (and nothing after it) for a batch whose body failed: nothing is
 // known of it but that it was not marked. SplitReply reads it.
-func NewReplayScript(name, body string) *Script {
-	return NewScript(name, replayHead+"local function replay(key, i, n, fresh)\n"+body+"\nend\n"+replayTail, nil)
+//
+// helpers are Lua put before the replay function (after LuaIDiv): the
+// functions body calls, made once a call rather than once a batch.
+func NewReplayScript(name, body string, helpers ...string) *Script {
+	return NewScript(name, replayHead+strings.Join(helpers, "")+"local function replay(key, i, n, fresh)\n"+body+"\nend\n"+replayTail, nil)
 }
 
 // replayHead declares what a replay body sees besides its arguments.

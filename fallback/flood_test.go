@@ -20,6 +20,7 @@ import (
 func TestKeyFlood(t *testing.T) {
 	const instances, perInstance = 4, 250_000
 	const maxLog = 100_000
+	const heapBound = 32<<20*2 + maxLog*300 + 256*64*250
 	p, _ := tokenbucket.Policy("flood", 10, 1)
 	ctx := context.Background()
 	rss0 := rssBytes()
@@ -68,16 +69,19 @@ func TestKeyFlood(t *testing.T) {
 			t.Fatalf("admitted %d, denied %d: want the first %d keys admitted and the rest denied at the bound", admitted, denied, maxLog)
 		}
 		// 32 MiB of leases by their estimated size (the heap holds up to
-		// about 1.5× that, with ristretto's counters and GC slack) plus
-		// 100k logged grants of one key each, about 250 bytes apiece.
-		if grown > 32<<20*2+maxLog*300 {
-			t.Fatalf("heap grew %d MiB, beyond the bounds", grown>>20)
+		// about 1.5× that, with ristretto's counters and GC slack), plus
+		// 100k logged grants of one key each, about 250 bytes apiece,
+		// plus the memory store's new keys not yet confirmed by the cache
+		// and so not charged to its bound: up to 64 in each of its 256
+		// stripes (backend/memory pendingLimit), about 250 bytes apiece.
+		if grown > heapBound {
+			t.Fatalf("heap grew %d MiB, beyond the bound of %d MiB", grown>>20, heapBound>>20)
 		}
 		// The instances run one after another: even if the runtime returned
 		// nothing to the OS, RSS stays within the sum of their bounds, each
 		// doubled for the garbage collector's headroom (GOGC=100 lets the
 		// heap reach twice the live data before a collection).
-		if limit := int64(i+1) * 2 * (32<<20*2 + maxLog*300); !raceEnabled && rss0 > 0 && rss-rss0 > limit {
+		if limit := int64(i+1) * 2 * heapBound; !raceEnabled && rss0 > 0 && rss-rss0 > limit {
 			t.Fatalf("RSS grew %d MiB over %d instances, beyond the sum of their bounds (%d MiB)", (rss-rss0)>>20, i+1, limit>>20)
 		}
 		l.Close()

@@ -55,6 +55,11 @@ func (l *cell) recalled(p core.Policy, key string, cost int64) (core.Result, boo
 	var r core.Result
 	var ok bool
 	now := l.o.Clock()
+	if now.UnixNano() >= l.denyUntil.Load() {
+		// Every denial remembered has ended (recall's until <= now): no
+		// lookup. A cell that has denied nothing lately pays one clock read.
+		return r, false
+	}
 	l.leases.UpdateParts(l.o.Prefix, p.Name(), key, func(prev any, _ int64) (any, int64) {
 		if ks, _ := prev.(*keyState); ks != nil {
 			r, ok = ks.recall(p, cost, now)

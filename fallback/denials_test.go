@@ -84,6 +84,46 @@ func TestDenialMemory(t *testing.T) {
 	}
 }
 
+// TestDenialMemoryLatestEnd: the memory keeps answering a key whose
+// denial ends last after another key's, remembered later, has ended; once
+// every denial has ended each request goes to Redis again.
+func TestDenialMemoryLatestEnd(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	var now atomic.Int64
+	now.Store(time.Now().UnixNano())
+	l, store := newCounted(t, srv, func() time.Time { return time.Unix(0, now.Load()) }, false)
+	slow := must(tokenbucket.Policy("slow", 4, 0.5)) // an empty bucket refills in 8 s
+	fast := must(tokenbucket.Policy("fast", 4, 4))   // in 1 s
+	ctx := context.Background()
+	for _, p := range []core.Policy{slow, fast} {
+		if r, err := l.AllowN(ctx, p, "k", 4); err != nil || !r.Allowed {
+			t.Fatalf("%s: first: %+v %v", p.Name(), r, err)
+		}
+		if r, err := l.AllowN(ctx, p, "k", 4); err != nil || r.Allowed {
+			t.Fatalf("%s: denial: %+v %v", p.Name(), r, err)
+		}
+	}
+	calls := func(p core.Policy) int64 {
+		before := store.calls.Load()
+		if _, err := l.AllowN(ctx, p, "k", 4); err != nil {
+			t.Fatal(err)
+		}
+		return store.calls.Load() - before
+	}
+	if a, b := calls(slow), calls(fast); a != 0 || b != 0 {
+		t.Fatalf("Redis calls while both denials live: slow %d, fast %d, want 0, 0", a, b)
+	}
+	now.Add(int64(2 * time.Second))
+	if a, b := calls(slow), calls(fast); a != 0 || b != 1 {
+		t.Fatalf("Redis calls 2 s on: slow %d, fast %d, want 0 (8 s denial), 1 (ended)", a, b)
+	}
+	now.Add(int64(10 * time.Second))
+	if a, b := calls(slow), calls(fast); a != 1 || b != 1 {
+		t.Fatalf("Redis calls 12 s on: slow %d, fast %d, want 1, 1", a, b)
+	}
+}
+
 // TestDenialMemoryAgreesWithRedis hammers a key on the real clock with and
 // without the memory: the admitted counts are the same (the bound), and
 // the memory saved most Redis calls. The run lasts 4.5 sliding windows:

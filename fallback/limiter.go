@@ -252,8 +252,12 @@ type cell struct {
 	offsetKnown   atomic.Bool
 	lastErr       atomic.Pointer[storeFault]
 	unknownLogged atomic.Int64 // when an unrecognised store error was last logged, UnixNano
-	reconciles    atomic.Uint64
-	lastRecon     atomic.Int64 // duration of the last reconciliation, ns
+	// denyUntil is the latest end of any denial the cell has remembered
+	// (denial.until, local clock, UnixNano): past it no key holds a live
+	// one, and a decision skips the denial memory's lookup (recalled).
+	denyUntil  atomic.Int64
+	reconciles atomic.Uint64
+	lastRecon  atomic.Int64 // duration of the last reconciliation, ns
 
 	flushNow    chan struct{} // signalled when the breaker closes
 	closedSince atomic.Int64  // when the breaker last closed (or Start), UnixNano
@@ -785,6 +789,15 @@ func (l *cell) observe(skey string, p core.Policy, cost int64, sent time.Time, r
 		ks.remember(p, cost, sent, rep)
 		return ks, rep.ResetAfter + int64(time.Second/time.Microsecond)
 	})
+	if !rep.Allowed {
+		until := sent.UnixNano() + rep.RetryAfter*int64(time.Microsecond) // as remember
+		for {
+			cur := l.denyUntil.Load()
+			if until <= cur || l.denyUntil.CompareAndSwap(cur, until) {
+				break
+			}
+		}
+	}
 }
 
 // local decides without the store, by the policy's outage mode, its result

@@ -21,11 +21,12 @@ type denial struct {
 	left     int64 // Remaining in the denial
 }
 
-// remember records a denial sent at sent (local clock).
-func (k *keyState) remember(p core.Policy, cost int64, sent time.Time, r driver.Reply) {
+// remember records a denial sent at sent (local clock), and returns when
+// it ends (denial.until; 0 for an admission, which forgets the last).
+func (k *keyState) remember(p core.Policy, cost int64, sent time.Time, r driver.Reply) (until int64) {
 	if r.Allowed {
 		k.deny = denial{}
-		return
+		return 0
 	}
 	k.deny = denial{
 		limit: p.Limit(), interval: p.Interval(), cost: cost,
@@ -33,6 +34,7 @@ func (k *keyState) remember(p core.Policy, cost int64, sent time.Time, r driver.
 		reset: sent.UnixNano() + r.ResetAfter*int64(time.Microsecond),
 		left:  r.Remaining,
 	}
+	return k.deny.until
 }
 
 // recall answers a request from a remembered denial, if one covers it.

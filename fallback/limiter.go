@@ -771,6 +771,7 @@ type storeFault struct {
 // clock offset, the key's known state and, for a denial, the denial.
 func (l *cell) observe(skey string, p core.Policy, cost int64, sent time.Time, rep driver.Reply) {
 	l.setOffset(rep.Now)
+	var until int64
 	l.leases.Update(skey, func(prev any, _ int64) (any, int64) {
 		ks, _ := prev.(*keyState)
 		if ks == nil {
@@ -786,16 +787,14 @@ func (l *cell) observe(skey string, p core.Policy, cost int64, sent time.Time, r
 				ks.peak, ks.peakLeft = ks.known, rep.Remaining
 			}
 		}
-		ks.remember(p, cost, sent, rep)
+		until = ks.remember(p, cost, sent, rep)
 		return ks, rep.ResetAfter + int64(time.Second/time.Microsecond)
 	})
-	if !rep.Allowed {
-		until := sent.UnixNano() + rep.RetryAfter*int64(time.Microsecond) // as remember
-		for {
-			cur := l.denyUntil.Load()
-			if until <= cur || l.denyUntil.CompareAndSwap(cur, until) {
-				break
-			}
+	// The latest end of any remembered denial (recalled skips the lookup
+	// past it): raised, never lowered.
+	for cur := l.denyUntil.Load(); until > cur; cur = l.denyUntil.Load() {
+		if l.denyUntil.CompareAndSwap(cur, until) {
+			break
 		}
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"pgregory.net/rapid"
+
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	"github.com/holdfast/holdfast/backend/goredis"
 	"github.com/holdfast/holdfast/core"
@@ -101,6 +103,91 @@ func TestRedisMemoryPerKey(t *testing.T) {
 			t.Errorf("%s: encoding %q, want int", tc.name, enc)
 		}
 	}
+}
+
+// TestScriptIsTwinProperty: one decision of the script, on Redis, at a
+// given now (ARGV[4]), replies what the Go twin decides, stores the E of
+// the twin's next state, and gives the key the expiry of the state it
+// stores: kept (SET KEEPTTL) when the key held E alone in the quarter of
+// the new E, else to the end of the new E's quarter plus full, and 2 ms
+// (lifeMs). Capacities, refill times and costs span their whole range,
+// where the script's integer divisions (by q, by T, by 1000) must stay
+// exact in Lua's doubles; buckets start missing, full, partly spent or
+// in debt.
+func TestScriptIsTwinProperty(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	store := newStore(t, srv)
+	ctx := context.Background()
+	var n int
+	rapid.Check(t, func(rt *rapid.T) {
+		n++
+		key := driver.StorageKey("hf:", "twin", strconv.Itoa(n))
+		tu := rapid.SampledFrom([]int64{1, 7, 1000, 3003, 999_983, 1_000_000_000}).Draw(rt, "T")
+		c := rapid.Int64Range(1, min(tokenbucket.MaxCredit/tu, 1<<40)).Draw(rt, "C")
+		cost := rapid.Int64Range(1, c).Draw(rt, "cost")
+		now := int64(1_700_000_000_000_000) + rapid.Int64Range(0, 1<<40).Draw(rt, "now")
+		full := c * tu
+		var st tokenbucket.State
+		var seeded bool
+		var e, ttl int64
+		if rapid.Bool().Draw(rt, "seeded") {
+			// E from a bucket full long ago to a debt of a full bucket.
+			e = now - 2*full + rapid.Int64Range(0, 3*full).Draw(rt, "E")
+			ttl = rapid.Int64Range(10_000, 1_000_000).Draw(rt, "ttl_ms")
+			srv.Do(t, "SET", key, strconv.FormatInt(e, 10), "PX", strconv.FormatInt(ttl, 10))
+			st, seeded = tokenbucket.FromEmpty(e, now, full), true
+		}
+		r, err := store.Run(ctx, tokenbucket.Algorithm.Script(), []string{key}, []string{
+			strconv.FormatInt(c, 10), strconv.FormatInt(tu, 10), strconv.FormatInt(cost, 10), strconv.FormatInt(now, 10)})
+		if err != nil {
+			rt.Fatal(err)
+		}
+		pttl, err := strconv.ParseInt(srv.Do(t, "PTTL", key), 10, 64)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		next, changed, want := tokenbucket.Decide(st, seeded, now, c, tu, cost)
+		if fmt.Sprint(r) != fmt.Sprint(want[:]) {
+			rt.Fatalf("reply %v, twin %v", r, want)
+		}
+		if !changed {
+			if seeded && (pttl > ttl || pttl < ttl-1000) {
+				rt.Fatalf("a denial changed the expiry: %d ms left of %d", pttl, ttl)
+			}
+			return
+		}
+		ne := next.Empty()
+		q := max(full/4, 1000)
+		bq := floorDiv(ne, q) * q
+		life := floorDiv(bq+q+full-now, 1000) + 2
+		got := srv.Do(t, "GET", key)
+		if got == "" && life < 100 && !(seeded && e >= bq) {
+			return // a bucket full within milliseconds, expired already
+		}
+		if got != strconv.FormatInt(ne, 10) {
+			rt.Fatalf("stored %q, want E %d", got, ne)
+		}
+		if seeded && e >= bq {
+			// E alone, in the quarter of the new E: its expiry kept.
+			if pttl > ttl || pttl < ttl-1000 {
+				rt.Fatalf("a spend in E's quarter moved the expiry: %d ms left of %d", pttl, ttl)
+			}
+			return
+		}
+		if pttl > life || pttl < life-1000 {
+			rt.Fatalf("expires in %d ms, want %d (E %d, quarter %d, full %d)", pttl, life, ne, q, full)
+		}
+	})
+}
+
+// floorDiv is ⌊a ÷ b⌋ for b > 0.
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
 }
 
 func must(p core.Policy, err error) core.Policy {

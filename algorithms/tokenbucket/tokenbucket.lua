@@ -29,14 +29,19 @@
 -- pays (BENCHMARKS.md, section 6's script floor). The reading and the write
 -- are bucket.lua's empty, credit_at and spend, in line; replay_model_test
 -- and the storetest suites hold the two to the Go twin.
-local C = tonumber(ARGV[1])
-local T = tonumber(ARGV[2])
-local n = tonumber(ARGV[3])
-if not C or not T or not n or C < 1 or T < 1 or n < 1 or n > C then
+-- Arithmetic reads a decimal argument in one parse (tonumber parses it
+-- twice, a cost of every decision); an argument that is not a number
+-- fails the call with Lua's error, and one out of range with the reply
+-- below.
+local C, T, n = 0 + ARGV[1], 0 + ARGV[2], 0 + ARGV[3]
+if C < 1 or T < 1 or n < 1 or n > C then
   return redis.error_reply('ERR holdfast token bucket: bad arguments')
 end
 -- NOW: the time the deadline guard read (driver.NewDecisionScript), if it did.
-local now = tonumber(ARGV[4])
+local now = ARGV[4]
+if now then
+  now = 0 + now
+end
 if not now or now <= 0 then
   now = NOW
   if not now then
@@ -100,33 +105,40 @@ if allowed then
   local left = credit - need
   if not PEEK then
     local ne = now - left
-    local q = math.floor(full / 4)
+    -- Integer divisions by %, which Lua computes in its VM (a % b = a -
+    -- floor(a / b) * b): no call of math.floor, each a C function call
+    -- that a decision paid four times. q = floor(full / 4), at least
+    -- 1000; bq = floor(ne / q) * q, the start of ne's quarter (a
+    -- remainder below 0 is a quotient that rounded up to an integer,
+    -- which needs values past 2^53: the check keeps the result exact
+    -- whatever the inputs). ms > 0: bq + q > ne >= now - full.
+    local q = (full - full % 4) / 4
     if q < 1000 then
       q = 1000
     end
-    -- floor(ne / q), exact where ne / q rounds up to an integer.
-    local b = math.floor(ne / q)
-    if b * q > ne then
-      b = b - 1
+    local r = ne % q
+    if r < 0 then
+      r = r + q
     end
-    if plain and plain >= b * q then
+    local bq = ne - r
+    if plain and plain >= bq then
       redis.call('SET', key, string.format('%d', ne), 'KEEPTTL')
     else
-      redis.call('SET', key, string.format('%d', ne), 'PX', string.format('%d', math.floor(((b + 1) * q + full - now) / 1000) + 2))
+      local ms = bq + q + full - now
+      redis.call('SET', key, string.format('%d', ne), 'PX', string.format('%d', (ms - ms % 1000) / 1000 + 2))
     end
   end
   credit = left
 end
--- The tokens left, floor(credit / T): driver.LuaIDiv in line, exact even
--- where credit / T rounds.
+-- The tokens left, floor(credit / T), by % as above: credit - r is a
+-- multiple of T, so the division is exact even where credit / T rounds.
 local remaining = 0
 if credit > 0 then
-  remaining = math.floor(credit / T)
-  if remaining * T > credit then
-    remaining = remaining - 1
-  elseif (remaining + 1) * T <= credit then
-    remaining = remaining + 1
+  local r = credit % T
+  if r < 0 then
+    r = r + T
   end
+  remaining = (credit - r) / T
 end
 if not allowed then
   return {0, remaining, need - credit, full - credit, now}

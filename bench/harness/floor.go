@@ -64,6 +64,23 @@ func floorScripts(tbSrc string, tbArgs []string) []floorScript {
 	}
 }
 
+// A Script is a floor script as cmd/scriptcost runs it: its name, what it
+// runs, its Lua source and its ARGV.
+type Script struct {
+	Name, Does, Src string
+	Args            []string
+}
+
+// FloorScripts returns section 6's floor scripts, holdfast's token
+// bucket with source tbSrc and arguments tbArgs.
+func FloorScripts(tbSrc string, tbArgs []string) []Script {
+	var out []Script
+	for _, s := range floorScripts(tbSrc, tbArgs) {
+		out = append(out, Script{Name: s.Name, Does: s.Does, Src: s.src, Args: s.args})
+	}
+	return out
+}
+
 type floorCell struct {
 	Script string
 	Hot    bool

@@ -99,7 +99,7 @@ do
     ARGV[#ARGV] = nil
     local t = redis.call('TIME')
     NOW = t[1] * 1000000 + t[2]
-    if NOW > tonumber(string.sub(d, 2)) then
+    if NOW > 0 + string.sub(d, 2) then
       return redis.error_reply('STALE holdfast: the call ran after its deadline')
     end
   end

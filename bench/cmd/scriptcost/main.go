@@ -1,0 +1,185 @@
+// Command scriptcost counts the instructions Redis executes for one call
+// of each of section 6's floor scripts and of holdfast's token-bucket
+// decision script (with and without a call deadline), on a hot key and on
+// 100k random keys: redis-server runs under valgrind's callgrind, one
+// server per count, and redis-benchmark -c 1 sends n and then 3n calls;
+// the difference of the two totals over 2n is a call's cost, the
+// server's start and stop cancelling out. Unlike a time, the count does
+// not depend on what else the machine runs, so it shows a script change
+// of a few percent that timings on shared cores cannot.
+//
+//	cd bench && go run ./cmd/scriptcost [-n 1000]
+//
+// It needs valgrind, redis-server and redis-benchmark on PATH; each server
+// it starts listens on a free 127.0.0.1 port, in its own temp dir, and is
+// stopped by SHUTDOWN NOSAVE or, failing that, killed by PID.
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/holdfast/holdfast/algorithms/tokenbucket"
+	"github.com/holdfast/holdfast/bench/harness"
+	"github.com/holdfast/holdfast/core/driver"
+)
+
+func main() {
+	n := flag.Int("n", 1000, "calls of the shorter run (the longer makes 3n)")
+	flag.Parse()
+	redis.SetLogger(quiet{}) // dial errors while a server starts under valgrind
+	if err := run(*n); err != nil {
+		fmt.Fprintln(os.Stderr, "scriptcost:", err)
+		os.Exit(1)
+	}
+}
+
+func run(n int) error {
+	for _, bin := range []string{"valgrind", "redis-server", "redis-benchmark"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			return fmt.Errorf("%s is not on PATH (Debian: apt-get install valgrind redis-server)", bin)
+		}
+	}
+	pol, err := tokenbucket.Policy("tb", 1_000_000, 1_000_000)
+	if err != nil {
+		return err
+	}
+	args := tokenbucket.Algorithm.Args(pol, 1, "", 0)
+	scripts := harness.FloorScripts(tokenbucket.Algorithm.Script().Source(), args)
+	// The same decision with a call deadline an hour ahead (the
+	// fallback layer's calls carry one): the guard reads TIME for it.
+	deadline := driver.DeadlineArg(time.Now().Add(time.Hour).UnixMicro())
+	scripts = append(scripts, harness.Script{Name: "holdfast token bucket, deadline", Does: "the same, with a call deadline", Src: tokenbucket.Algorithm.Script().Source(), Args: append(append([]string(nil), args...), deadline)})
+	fmt.Printf("Instructions Redis executes a call (callgrind Ir; (I(%d) - I(%d)) / %d)\n\n", 3*n, n, 2*n)
+	fmt.Println("| script | runs | hot key | 100k keys |")
+	fmt.Println("| --- | --- | --: | --: |")
+	for _, s := range scripts {
+		var cells []string
+		for _, hot := range []bool{true, false} {
+			a, err := count(s, hot, n)
+			if err != nil {
+				return fmt.Errorf("%s: %w", s.Name, err)
+			}
+			b, err := count(s, hot, 3*n)
+			if err != nil {
+				return fmt.Errorf("%s: %w", s.Name, err)
+			}
+			cells = append(cells, strconv.FormatInt((b-a)/int64(2*n), 10))
+		}
+		fmt.Printf("| %s | %s | %s | %s |\n", s.Name, s.Does, cells[0], cells[1])
+	}
+	return nil
+}
+
+// count starts redis-server under callgrind, sends calls calls of s with
+// redis-benchmark -c 1, stops the server and returns the instructions it
+// executed in all.
+func count(s harness.Script, hot bool, calls int) (int64, error) {
+	dir, err := os.MkdirTemp("", "scriptcost")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	port, err := freePort()
+	if err != nil {
+		return 0, err
+	}
+	out := filepath.Join(dir, "callgrind.out")
+	srv := exec.Command("valgrind", "--tool=callgrind", "--callgrind-out-file="+out,
+		"redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
+	srv.Stdout, srv.Stderr = nil, nil
+	if err := srv.Start(); err != nil {
+		return 0, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Wait() }()
+	stopped := false
+	defer func() {
+		if !stopped {
+			_ = srv.Process.Kill() // by PID: the process this call started
+			<-done
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	rc := redis.NewClient(&redis.Options{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), MaxRetries: -1})
+	defer rc.Close()
+	for i := 0; ; i++ {
+		if rc.Ping(ctx).Err() == nil {
+			break
+		}
+		if i == 300 {
+			return 0, errors.New("redis-server under valgrind did not answer within 60 s")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	sha, err := rc.ScriptLoad(ctx, s.Src).Result()
+	if err != nil {
+		return 0, err
+	}
+	key := "hf:{tb:hot}"
+	cmd := []string{"-h", "127.0.0.1", "-p", strconv.Itoa(port), "-n", strconv.Itoa(calls), "-c", "1", "--csv"}
+	if !hot {
+		key = "hf:{tb:__rand_int__}"
+		cmd = append(cmd, "-r", "100000")
+	}
+	cmd = append(append(cmd, "EVALSHA", sha, "1", key), s.Args...)
+	if b, err := exec.CommandContext(ctx, "redis-benchmark", cmd...).CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("redis-benchmark: %v: %s", err, b)
+	}
+	_ = rc.Do(ctx, "SHUTDOWN", "NOSAVE").Err() // the connection closes: no reply
+	select {
+	case <-done:
+		stopped = true
+	case <-ctx.Done():
+		return 0, errors.New("redis-server under valgrind did not stop")
+	}
+	return totals(out)
+}
+
+// totals reads the total instruction count of a callgrind output file.
+func totals(path string) (int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		for _, p := range []string{"summary: ", "totals: "} {
+			if v, ok := strings.CutPrefix(line, p); ok {
+				return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("%s: no summary line", path)
+}
+
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os/exec"
@@ -152,7 +153,7 @@ func (s *Server) startLocked() error {
 	if err != nil {
 		return err
 	}
-	if err := waitReady(s.port, p, s.clientTLS()); err != nil {
+	if err := waitReady(s.port, p, s.clientTLS(), s.conf.password); err != nil {
 		p.kill()
 		s.proc = nil
 		return fmt.Errorf("port %d: %w\n%s", s.port, err, s.logTail())
@@ -195,8 +196,13 @@ func (s *Server) spawnLocked(extra ...string) (*process, error) {
 
 // waitReady polls PING until the server answers PONG (or NOAUTH, when it
 // has a password), exits, or ReadyTimeout passes. A server still loading its
-// AOF answers LOADING and is not ready.
-func waitReady(port int, p *process, tc *tls.Config) error {
+// AOF answers LOADING and is not ready. The server that answers must be p:
+// between freePort and p's bind another test's server may take the port, and
+// p then exits on "Address already in use" while that server answers PING.
+// So readiness asks INFO for the server's process_id; where the server
+// answers NOAUTH (a password this package was not given), p must still be
+// running a moment after the answer.
+func waitReady(port int, p *process, tc *tls.Config, password string) error {
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	deadline := time.Now().Add(ReadyTimeout)
 	for time.Now().Before(deadline) {
@@ -205,30 +211,80 @@ func waitReady(port int, p *process, tc *tls.Config) error {
 			return fmt.Errorf("redis-server exited: %v", p.err)
 		default:
 		}
-		if ping(addr, tc) {
+		switch ready(addr, tc, password, p.cmd.Process.Pid) {
+		case answered:
 			return nil
+		case foreign:
+			return fmt.Errorf("another server answers on port %d", port)
+		case unverified:
+			select {
+			case <-p.done:
+				return fmt.Errorf("redis-server exited: %v", p.err)
+			case <-time.After(100 * time.Millisecond):
+				return nil
+			}
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	return fmt.Errorf("no PONG within %v", ReadyTimeout)
 }
 
-// ping sends one inline PING over a raw connection.
-func ping(addr string, tc *tls.Config) bool {
+// What ready finds on a port.
+const (
+	silent     = iota // no answer, or not ready yet (LOADING)
+	answered          // PONG, from the process expected
+	foreign           // PONG, from another process
+	unverified        // NOAUTH: a server that wants another password
+)
+
+// ready sends AUTH (with a password), PING and INFO server over one raw
+// connection and reports what answered.
+func ready(addr string, tc *tls.Config, password string, pid int) int {
 	c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
 	if err != nil {
-		return false
+		return silent
 	}
 	if tc != nil {
 		c = tls.Client(c, tc)
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(200 * time.Millisecond))
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
-		return false
+	var req strings.Builder
+	if password != "" {
+		fmt.Fprintf(&req, "*2\r\n$4\r\nAUTH\r\n$%d\r\n%s\r\n", len(password), password)
 	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	return err == nil && (line == "+PONG\r\n" || strings.HasPrefix(line, "-NOAUTH"))
+	req.WriteString("PING\r\nINFO server\r\n")
+	if _, err := c.Write([]byte(req.String())); err != nil {
+		return silent
+	}
+	r := bufio.NewReader(c)
+	if password != "" {
+		if _, err := r.ReadString('\n'); err != nil {
+			return silent
+		}
+	}
+	line, err := r.ReadString('\n')
+	switch {
+	case err != nil:
+		return silent
+	case strings.HasPrefix(line, "-NOAUTH"):
+		return unverified
+	case line != "+PONG\r\n":
+		return silent
+	}
+	head, err := r.ReadString('\n')
+	n, convErr := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(head, "$")))
+	if err != nil || convErr != nil || !strings.HasPrefix(head, "$") || n <= 0 {
+		return silent
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return silent
+	}
+	if strings.Contains(string(body), "\r\nprocess_id:"+strconv.Itoa(pid)+"\r\n") {
+		return answered
+	}
+	return foreign
 }
 
 // kill sends SIGKILL and waits for the exit.

@@ -62,6 +62,7 @@ func run(n int) error {
 	// fallback layer's calls carry one): the guard reads TIME for it.
 	deadline := driver.DeadlineArg(time.Now().Add(time.Hour).UnixMicro())
 	scripts = append(scripts, harness.Script{Name: "holdfast token bucket, deadline", Does: "the same, with a call deadline", Src: tokenbucket.Algorithm.Script().Source(), Args: append(append([]string(nil), args...), deadline)})
+	scripts = append(scripts, probes(scripts)...)
 	fmt.Printf("Instructions Redis executes a call (callgrind Ir; (I(%d) - I(%d)) / %d)\n\n", 3*n, n, 2*n)
 	fmt.Println("| script | runs | hot key | 100k keys |")
 	fmt.Println("| --- | --- | --: | --: |")
@@ -81,6 +82,28 @@ func run(n int) error {
 		fmt.Printf("| %s | %s | %s | %s |\n", s.Name, s.Does, cells[0], cells[1])
 	}
 	return nil
+}
+
+// probes are the token bucket floor changed one way at a time towards
+// holdfast's decision: what each of its differences costs Redis.
+func probes(scripts []harness.Script) []harness.Script {
+	var floor harness.Script
+	for _, s := range scripts {
+		if s.Name == "token bucket floor" {
+			floor = s
+		}
+	}
+	if floor.Src == "" || !strings.Contains(floor.Src, "\nreturn 1\n") || !strings.Contains(floor.Src, "redis.call('INCRBY', KEYS[1], ARGV[1])") {
+		return nil // the floor changed: these edits no longer apply
+	}
+	three := []string{"1", "1000000", "1"}
+	reply := func(r string) string { return strings.Replace(floor.Src, "\nreturn 1\n", "\nreturn "+r+"\n", 1) }
+	return []harness.Script{
+		{Name: "token bucket floor, 3 arguments", Does: "the floor with 3 ARGV, as holdfast's decision", Src: floor.Src, Args: three},
+		{Name: "..., reply {1}", Does: "the 3-argument floor, replying {1}", Src: reply("{1}"), Args: three},
+		{Name: "..., reply of 5 integers", Does: "the 3-argument floor, replying five integers", Src: reply("{1, 0, 0, 1000000, now}"), Args: three},
+		{Name: "..., SET KEEPTTL", Does: "the 3-argument floor, writing SET KEEPTTL of a formatted E instead of INCRBY", Src: strings.Replace(floor.Src, "redis.call('INCRBY', KEYS[1], ARGV[1])", "redis.call('SET', KEYS[1], string.format('%d', now - 999999), 'KEEPTTL')", 1), Args: three},
+	}
 }
 
 // count starts redis-server under callgrind, sends calls calls of s with

@@ -68,7 +68,7 @@ func Start(args ...string) (*Server, error) {
 	s := &Server{bin: bin, dir: dir, args: args}
 	var lastErr error
 	for range startAttempts {
-		port, err := freePort()
+		port, err := FreePort()
 		if err != nil {
 			return nil, errors.Join(err, os.RemoveAll(dir))
 		}
@@ -100,7 +100,9 @@ func StopAll() {
 	}
 }
 
-func freePort() (int, error) {
+// FreePort returns a loopback port that was free a moment ago (cmd/scriptcost
+// starts its servers under valgrind with it).
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err

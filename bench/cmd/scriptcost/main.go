@@ -33,6 +33,7 @@ import (
 
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	"github.com/holdfast/holdfast/bench/harness"
+	"github.com/holdfast/holdfast/bench/redisproc"
 	"github.com/holdfast/holdfast/core/driver"
 )
 
@@ -115,7 +116,7 @@ func count(s harness.Script, hot bool, calls int) (int64, error) {
 		return 0, err
 	}
 	defer os.RemoveAll(dir)
-	port, err := freePort()
+	port, err := redisproc.FreePort()
 	if err != nil {
 		return 0, err
 	}
@@ -197,12 +198,3 @@ func totals(path string) (int64, error) {
 type quiet struct{}
 
 func (quiet) Printf(context.Context, string, ...any) {}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}

@@ -151,16 +151,21 @@ func TestScriptIsTwinProperty(t *testing.T) {
 		if fmt.Sprint(r) != fmt.Sprint(want[:]) {
 			rt.Fatalf("reply %v, twin %v", r, want)
 		}
+		// kept: the seeded expiry, less the milliseconds since.
+		kept := func(what string) {
+			if pttl > ttl || pttl < ttl-1000 {
+				rt.Fatalf("%s moved the expiry: %d ms left of %d", what, pttl, ttl)
+			}
+		}
 		if !changed {
-			if seeded && (pttl > ttl || pttl < ttl-1000) {
-				rt.Fatalf("a denial changed the expiry: %d ms left of %d", pttl, ttl)
+			if seeded {
+				kept("a denial")
 			}
 			return
 		}
 		ne := next.Empty()
-		q := max(full/4, 1000)
-		bq := floorDiv(ne, q) * q
-		life := floorDiv(bq+q+full-now, 1000) + 2
+		bq, q := tokenbucket.Quarter(ne, full)
+		life := tokenbucket.LifeMs(ne, full, now)
 		got := srv.Do(t, "GET", key)
 		if got == "" && life < 100 && !(seeded && e >= bq) {
 			return // a bucket full within milliseconds, expired already
@@ -170,24 +175,13 @@ func TestScriptIsTwinProperty(t *testing.T) {
 		}
 		if seeded && e >= bq {
 			// E alone, in the quarter of the new E: its expiry kept.
-			if pttl > ttl || pttl < ttl-1000 {
-				rt.Fatalf("a spend in E's quarter moved the expiry: %d ms left of %d", pttl, ttl)
-			}
+			kept("a spend in E's quarter")
 			return
 		}
 		if pttl > life || pttl < life-1000 {
 			rt.Fatalf("expires in %d ms, want %d (E %d, quarter %d, full %d)", pttl, life, ne, q, full)
 		}
 	})
-}
-
-// floorDiv is ⌊a ÷ b⌋ for b > 0.
-func floorDiv(a, b int64) int64 {
-	q := a / b
-	if a%b != 0 && a < 0 {
-		q--
-	}
-	return q
 }
 
 func must(p core.Policy, err error) core.Policy {

@@ -142,8 +142,16 @@ func appendAlone(w []string, e, full, now int64) []string {
 // KEEPTTL, tokenbucket.lua). Every writer of a key holding E alone sets
 // it: the decision and its Many, the refund, the replay. Never below 1.
 func lifeMs(e, full, now int64) int64 {
-	q := max(full/4, 1000)
-	return max(floorDiv((floorDiv(e, q)+1)*q+full-now, 1000)+2, 1)
+	start, q := quarter(e, full)
+	return max(floorDiv(start+q+full-now, 1000)+2, 1)
+}
+
+// quarter returns the start of E's quarter, ⌊e ÷ q⌋·q, and q, a quarter
+// of full and at least 1 ms: a spend that leaves E at or past the start of
+// the quarter of the new E keeps the key's expiry (tokenbucket.lua).
+func quarter(e, full int64) (start, q int64) {
+	q = max(full/4, 1000)
+	return floorDiv(e, q) * q, q
 }
 
 // floorDiv is ⌊a ÷ b⌋ for b > 0.

@@ -73,7 +73,7 @@ func (h *harness) ceiling(ctx context.Context) error {
 	}
 	defer closeAll()
 	keys := makeKeys(h.cfg.Keys)
-	res.Floor = &floorResult{Requests: max(h.cfg.CeilingRequests/4, 100), Scripts: floorScripts(tokenbucket.Algorithm.Script().Source(), args),
+	res.Floor = &floorResult{Requests: max(h.cfg.CeilingRequests/4, 100), Scripts: FloorScripts(tokenbucket.Algorithm.Script().Source(), args),
 		Us: map[floorCell][]float64{}, PerSec: map[floorCell][]float64{}}
 	for rep := range h.cfg.HeadlineReps {
 		if err := h.runFloor(ctx, res.Floor, rep); err != nil {

@@ -7,15 +7,16 @@ import (
 	"strings"
 )
 
-// A floorScript is one row of section 6's script floor: a script that
+// A Script is one row of section 6's script floor: a script that
 // redis-benchmark sends from one client, as a lone caller does, to measure
 // what Redis spends on a call of it (INFO commandstats) and the round trips
-// a second one client makes with it.
-type floorScript struct {
+// a second one client makes with it. cmd/scriptcost counts its
+// instructions.
+type Script struct {
 	Name string
 	Does string // what it runs, for the table
-	src  string
-	args []string // ARGV
+	Src  string
+	Args []string // ARGV
 }
 
 // The floor scripts. The two floors are not limiters: they run the fewest
@@ -47,38 +48,24 @@ return 1
 `
 )
 
-// The names of the rows that the paired ratios (floorMD) compare.
+// The names of the rows that the paired ratios (floorMD) compare;
+// FloorTBName is also the row cmd/scriptcost's probes start from.
 const (
 	floorFWName = "fixed window floor"
-	floorTBName = "token bucket floor"
+	FloorTBName = "token bucket floor"
 	floorHFName = "holdfast token bucket"
 )
-
-func floorScripts(tbSrc string, tbArgs []string) []floorScript {
-	return []floorScript{
-		{Name: "empty", Does: "`return 1`: EVALSHA itself", src: floorEmpty},
-		{Name: "clock", Does: "TIME", src: floorClock},
-		{Name: floorFWName, Does: "INCRBY, then PEXPIRE (new window) or PTTL; 2 integers", src: floorFixedWindow, args: []string{"1", "1000"}},
-		{Name: floorTBName, Does: "TIME, GET, INCRBY; 1 integer", src: floorTokenBucket, args: []string{"1"}},
-		{Name: floorHFName, Does: "the decision script of section 1's token bucket", src: tbSrc, args: tbArgs},
-	}
-}
-
-// A Script is a floor script as cmd/scriptcost runs it: its name, what it
-// runs, its Lua source and its ARGV.
-type Script struct {
-	Name, Does, Src string
-	Args            []string
-}
 
 // FloorScripts returns section 6's floor scripts, holdfast's token
 // bucket with source tbSrc and arguments tbArgs.
 func FloorScripts(tbSrc string, tbArgs []string) []Script {
-	var out []Script
-	for _, s := range floorScripts(tbSrc, tbArgs) {
-		out = append(out, Script{Name: s.Name, Does: s.Does, Src: s.src, Args: s.args})
+	return []Script{
+		{Name: "empty", Does: "`return 1`: EVALSHA itself", Src: floorEmpty},
+		{Name: "clock", Does: "TIME", Src: floorClock},
+		{Name: floorFWName, Does: "INCRBY, then PEXPIRE (new window) or PTTL; 2 integers", Src: floorFixedWindow, Args: []string{"1", "1000"}},
+		{Name: FloorTBName, Does: "TIME, GET, INCRBY; 1 integer", Src: floorTokenBucket, Args: []string{"1"}},
+		{Name: floorHFName, Does: "the decision script of section 1's token bucket", Src: tbSrc, Args: tbArgs},
 	}
-	return out
 }
 
 type floorCell struct {
@@ -88,7 +75,7 @@ type floorCell struct {
 
 type floorResult struct {
 	Requests int
-	Scripts  []floorScript
+	Scripts  []Script
 	Us       map[floorCell][]float64 // Redis's µs a call (usec_per_call)
 	PerSec   map[floorCell][]float64 // redis-benchmark's requests per second
 	Command  string                  // one run's command, for the record
@@ -100,7 +87,7 @@ type floorResult struct {
 func (h *harness) runFloor(ctx context.Context, res *floorResult, rep int) error {
 	for _, hot := range h.cfg.keysets() {
 		for _, s := range res.Scripts {
-			sha, err := h.admin.ScriptLoad(ctx, s.src).Result()
+			sha, err := h.admin.ScriptLoad(ctx, s.Src).Result()
 			if err != nil {
 				return fmt.Errorf("floor %s: %w", s.Name, err)
 			}
@@ -117,7 +104,7 @@ func (h *harness) runFloor(ctx context.Context, res *floorResult, rep int) error
 				cmd = append(cmd, "-r", strconv.Itoa(h.cfg.CeilingRandom))
 			}
 			cmd = append(cmd, "EVALSHA", sha, "1", key)
-			cmd = append(cmd, s.args...)
+			cmd = append(cmd, s.Args...)
 			rps, err := redisBenchmark(ctx, cmd)
 			if err != nil {
 				return fmt.Errorf("floor %s: %w", s.Name, err)

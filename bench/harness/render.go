@@ -552,7 +552,7 @@ func (r *Report) floorMD(b *md) {
 	b.table(header, rows)
 	pct := func(v float64) string { return fmt.Sprintf("%.2f×", v) }
 	for _, hot := range r.Config.keysets() {
-		fw, tb, hf := f.PerSec[floorCell{floorFWName, hot}], f.PerSec[floorCell{floorTBName, hot}], f.PerSec[floorCell{floorHFName, hot}]
+		fw, tb, hf := f.PerSec[floorCell{floorFWName, hot}], f.PerSec[floorCell{FloorTBName, hot}], f.PerSec[floorCell{floorHFName, hot}]
 		b.line("- %s: calls/s of the token bucket floor against the fixed window floor, paired run by run, %s; holdfast's", keysetName(hot), fmtSpread(pairedRatio(tb, fw), pct))
 		b.line("  token bucket against the fixed window floor %s, against the token bucket floor %s.", fmtSpread(pairedRatio(hf, fw), pct), fmtSpread(pairedRatio(hf, tb), pct))
 	}

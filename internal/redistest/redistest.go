@@ -5,19 +5,18 @@
 package redistest
 
 import (
-	"bufio"
 	"crypto/tls"
 	"fmt"
-	"io"
 	"net"
 	"net/url"
 	"os/exec"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/holdfast/holdfast/internal/redisprobe"
 )
 
 // Bounds on waiting for a server.
@@ -211,12 +210,12 @@ func waitReady(port int, p *process, tc *tls.Config, password string) error {
 			return fmt.Errorf("redis-server exited: %v", p.err)
 		default:
 		}
-		switch ready(addr, tc, password, p.cmd.Process.Pid) {
-		case answered:
+		switch redisprobe.Probe(addr, tc, password, p.cmd.Process.Pid) {
+		case redisprobe.Ready:
 			return nil
-		case foreign:
+		case redisprobe.Foreign:
 			return fmt.Errorf("another server answers on port %d", port)
-		case unverified:
+		case redisprobe.Unverified:
 			select {
 			case <-p.done:
 				return fmt.Errorf("redis-server exited: %v", p.err)
@@ -227,64 +226,6 @@ func waitReady(port int, p *process, tc *tls.Config, password string) error {
 		time.Sleep(5 * time.Millisecond)
 	}
 	return fmt.Errorf("no PONG within %v", ReadyTimeout)
-}
-
-// What ready finds on a port.
-const (
-	silent     = iota // no answer, or not ready yet (LOADING)
-	answered          // PONG, from the process expected
-	foreign           // PONG, from another process
-	unverified        // NOAUTH: a server that wants another password
-)
-
-// ready sends AUTH (with a password), PING and INFO server over one raw
-// connection and reports what answered.
-func ready(addr string, tc *tls.Config, password string, pid int) int {
-	c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
-	if err != nil {
-		return silent
-	}
-	if tc != nil {
-		c = tls.Client(c, tc)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(200 * time.Millisecond))
-	var req strings.Builder
-	if password != "" {
-		fmt.Fprintf(&req, "*2\r\n$4\r\nAUTH\r\n$%d\r\n%s\r\n", len(password), password)
-	}
-	req.WriteString("PING\r\nINFO server\r\n")
-	if _, err := c.Write([]byte(req.String())); err != nil {
-		return silent
-	}
-	r := bufio.NewReader(c)
-	if password != "" {
-		if _, err := r.ReadString('\n'); err != nil {
-			return silent
-		}
-	}
-	line, err := r.ReadString('\n')
-	switch {
-	case err != nil:
-		return silent
-	case strings.HasPrefix(line, "-NOAUTH"):
-		return unverified
-	case line != "+PONG\r\n":
-		return silent
-	}
-	head, err := r.ReadString('\n')
-	n, convErr := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(head, "$")))
-	if err != nil || convErr != nil || !strings.HasPrefix(head, "$") || n <= 0 {
-		return silent
-	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(r, body); err != nil {
-		return silent
-	}
-	if strings.Contains(string(body), "\r\nprocess_id:"+strconv.Itoa(pid)+"\r\n") {
-		return answered
-	}
-	return foreign
 }
 
 // kill sends SIGKILL and waits for the exit.

@@ -90,7 +90,7 @@ func run(n int) error {
 func probes(scripts []harness.Script) []harness.Script {
 	var floor harness.Script
 	for _, s := range scripts {
-		if s.Name == "token bucket floor" {
+		if s.Name == harness.FloorTBName {
 			floor = s
 		}
 	}

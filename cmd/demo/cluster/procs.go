@@ -1,20 +1,19 @@
 package cluster
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
+
+	"github.com/holdfast/holdfast/internal/redisprobe"
 )
 
 // A proc is one child process the cluster started. Every child runs in a
@@ -130,7 +129,7 @@ func (r *redisServer) start(ctx context.Context) error {
 		return err
 	}
 	r.p = p
-	if err := waitFor(ctx, p, 5*time.Second, func() bool { return redisPing(r.addr(), p.cmd.Process.Pid) }); err != nil {
+	if err := waitFor(ctx, p, 5*time.Second, func() bool { return redisprobe.Probe(r.addr(), nil, "", p.cmd.Process.Pid) == redisprobe.Ready }); err != nil {
 		p.stop(syscall.SIGKILL, 0)
 		return fmt.Errorf("redis-server on %s: %w (see %s)", r.addr(), err, filepath.Join(r.dir, "redis.log"))
 	}
@@ -141,40 +140,6 @@ func (r *redisServer) addr() string { return loopback(r.port) }
 
 // kill crashes the server: SIGKILL by PID, no shutdown save.
 func (r *redisServer) kill() { r.p.stop(syscall.SIGKILL, 0) }
-
-// redisPing reports whether the Redis at addr is process pid and answers
-// PING with PONG (not LOADING while it replays its append-only file). The
-// process id comes from INFO: between freePort and a server's bind another
-// process may take the port, and the server then exits while that one
-// answers PING.
-func redisPing(addr string, pid int) bool {
-	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-	if err != nil {
-		return false
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(500 * time.Millisecond))
-	if _, err := c.Write([]byte("PING\r\nINFO server\r\n")); err != nil {
-		return false
-	}
-	r := bufio.NewReader(c)
-	if line, err := r.ReadString('\n'); err != nil || !strings.HasPrefix(line, "+PONG") {
-		return false
-	}
-	head, err := r.ReadString('\n')
-	if err != nil || !strings.HasPrefix(head, "$") {
-		return false
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(head[1:]))
-	if err != nil || n <= 0 {
-		return false
-	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(r, body); err != nil {
-		return false
-	}
-	return strings.Contains(string(body), "\r\nprocess_id:"+strconv.Itoa(pid)+"\r\n")
-}
 
 // httpOK reports whether GET url answers 200.
 func httpOK(c *http.Client, url string) bool {

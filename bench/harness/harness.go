@@ -62,6 +62,9 @@ type Config struct {
 	// KeysDepths adds rows of holdfast's token bucket on each backend with
 	// each of these StoreOptions.KeysDepth (calls of several keys).
 	KeysDepths []int
+	// StoreVariants adds rows of holdfast's token bucket with each of
+	// these store and client options (ParseStoreVariant).
+	StoreVariants []StoreVariant
 
 	// Section 2.
 	LocalDuration time.Duration

@@ -2,7 +2,6 @@ package harness
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -155,32 +154,6 @@ func rueidisStore(url string) (driver.Store, func(), error) {
 		return nil, nil, err
 	}
 	return hfrueidis.New(c), c.Close, nil
-}
-
-// keysDepthImpls are section 1's extra rows for -keys-depths: holdfast's
-// token bucket on each backend with each StoreOptions.KeysDepth of depths
-// (negative: no calls of several keys), to compare with the defaults in
-// one interleaved run.
-func keysDepthImpls(depths []int) []limiterImpl {
-	var out []limiterImpl
-	for _, d := range depths {
-		out = append(out,
-			limiterImpl{name: fmt.Sprintf("%s, keys depth %d", implHFRueidisTB, d), open: coreOn(hiTB, func(url string) (driver.Store, func(), error) {
-				c, err := hfrueidis.NewClient(url, hfrueidis.ClientOptions{})
-				if err != nil {
-					return nil, nil, err
-				}
-				return hfrueidis.NewWithOptions(c, hfrueidis.StoreOptions{KeysDepth: d}), c.Close, nil
-			})},
-			limiterImpl{name: fmt.Sprintf("%s, keys depth %d", implHFGoredisTB, d), open: coreOn(hiTB, func(url string) (driver.Store, func(), error) {
-				c, err := goredis.NewClient(url, goredis.ClientOptions{})
-				if err != nil {
-					return nil, nil, err
-				}
-				return goredis.NewWithOptions(c, goredis.StoreOptions{KeysDepth: d}), func() { _ = c.Close() }, nil
-			})})
-	}
-	return out
 }
 
 func goredisStore(url string) (driver.Store, func(), error) {

@@ -61,7 +61,7 @@ type throughputResult struct {
 // every limiter once in turn (A B C … A B C …), so machine noise lands on
 // all of them alike.
 func (h *harness) throughput(ctx context.Context) error {
-	impls := selectImpls(append(throughputImpls(), append(keysDepthImpls(h.cfg.KeysDepths), variantImpls(h.cfg.StoreVariants)...)...), h.cfg.Impls)
+	impls := selectImpls(append(throughputImpls(), variantImpls(append(keysDepthVariants(h.cfg.KeysDepths), h.cfg.StoreVariants...))...), h.cfg.Impls)
 	res := &throughputResult{Gs: h.cfg.Gs, Runs: map[cell][]runStat{}}
 	h.report.Throughput = res
 	deciders, closeAll, err := h.openAll(ctx, impls)

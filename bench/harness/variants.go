@@ -83,6 +83,16 @@ func ParseStoreVariant(spec string) (StoreVariant, error) {
 	return v, nil
 }
 
+// keysDepthVariants are the variants of -keys-depths: each depth alone,
+// its rows named "…, keys depth N" as before -store-variants.
+func keysDepthVariants(depths []int) []StoreVariant {
+	var out []StoreVariant
+	for _, d := range depths {
+		out = append(out, StoreVariant{Spec: fmt.Sprintf("keys depth %d", d), KeysDepth: d})
+	}
+	return out
+}
+
 // variantImpls are section 1's rows for the store variants vs: holdfast's
 // token bucket on each backend a variant applies to.
 func variantImpls(vs []StoreVariant) []limiterImpl {

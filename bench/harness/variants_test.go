@@ -24,6 +24,10 @@ func TestParseStoreVariant(t *testing.T) {
 	if rows := variantImpls([]StoreVariant{both, v}); len(rows) != 3 {
 		t.Fatalf("rows: got %d, want 3 (keysdepth on both backends, the go-redis variant on one)", len(rows))
 	}
+	kd := variantImpls(keysDepthVariants([]int{-1}))
+	if len(kd) != 2 || kd[0].name != implHFRueidisTB+", keys depth -1" || kd[1].name != implHFGoredisTB+", keys depth -1" {
+		t.Fatalf("-keys-depths -1 rows: %v", kd)
+	}
 	for _, bad := range []struct{ spec, says string }{
 		{"", "empty"},
 		{"fast", `unknown option "fast"`},

@@ -34,20 +34,22 @@ import (
 	"github.com/holdfast/holdfast/algorithms/tokenbucket"
 	"github.com/holdfast/holdfast/bench/harness"
 	"github.com/holdfast/holdfast/bench/redisproc"
+	"github.com/holdfast/holdfast/core"
 	"github.com/holdfast/holdfast/core/driver"
 )
 
 func main() {
 	n := flag.Int("n", 1000, "calls of the shorter run (the longer makes 3n)")
+	rows := flag.String("rows", "", "comma-separated substrings: count only the rows whose names contain one")
 	flag.Parse()
 	redis.SetLogger(quiet{}) // dial errors while a server starts under valgrind
-	if err := run(*n); err != nil {
+	if err := run(*n, *rows); err != nil {
 		fmt.Fprintln(os.Stderr, "scriptcost:", err)
 		os.Exit(1)
 	}
 }
 
-func run(n int) error {
+func run(n int, rows string) error {
 	for _, bin := range []string{"valgrind", "redis-server", "redis-benchmark"} {
 		if _, err := exec.LookPath(bin); err != nil {
 			return fmt.Errorf("%s is not on PATH (Debian: apt-get install valgrind redis-server)", bin)
@@ -64,10 +66,14 @@ func run(n int) error {
 	deadline := driver.DeadlineArg(time.Now().Add(time.Hour).UnixMicro())
 	scripts = append(scripts, harness.Script{Name: "holdfast token bucket, deadline", Does: "the same, with a call deadline", Src: tokenbucket.Algorithm.Script().Source(), Args: append(append([]string(nil), args...), deadline)})
 	scripts = append(scripts, probes(scripts)...)
-	fmt.Printf("Instructions Redis executes a call (callgrind Ir; (I(%d) - I(%d)) / %d)\n\n", 3*n, n, 2*n)
+	scripts = append(scripts, several(pol)...)
+	fmt.Printf("Instructions Redis executes a decision (callgrind Ir; (I(%d) - I(%d)) / %d, over the keys of a call that names several)\n\n", 3*n, n, 2*n)
 	fmt.Println("| script | runs | hot key | 100k keys |")
 	fmt.Println("| --- | --- | --: | --: |")
 	for _, s := range scripts {
+		if !selected(s.Name, rows) {
+			continue
+		}
 		var cells []string
 		for _, hot := range []bool{true, false} {
 			a, err := count(s, hot, n)
@@ -78,7 +84,7 @@ func run(n int) error {
 			if err != nil {
 				return fmt.Errorf("%s: %w", s.Name, err)
 			}
-			cells = append(cells, strconv.FormatInt((b-a)/int64(2*n), 10))
+			cells = append(cells, strconv.FormatInt((b-a)/int64(2*n*max(s.Keys, 1)), 10))
 		}
 		fmt.Printf("| %s | %s | %s | %s |\n", s.Name, s.Does, cells[0], cells[1])
 	}
@@ -105,6 +111,42 @@ func probes(scripts []harness.Script) []harness.Script {
 		{Name: "..., reply of 5 integers", Does: "the 3-argument floor, replying five integers", Src: reply("{1, 0, 0, 1000000, now}"), Args: three},
 		{Name: "..., SET KEEPTTL", Does: "the 3-argument floor, writing SET KEEPTTL of a formatted E instead of INCRBY", Src: strings.Replace(floor.Src, "redis.call('INCRBY', KEYS[1], ARGV[1])", "redis.call('SET', KEYS[1], string.format('%d', now - 999999), 'KEEPTTL')", 1), Args: three},
 	}
+}
+
+// several are the token bucket's decisions as pipeline.Decisions sends
+// them besides the decision script: one decision in a call of its Many
+// (a hot key's calls share one), and one decision on each of 8 keys in a
+// call of its Many's Keys (decisions on distinct keys while the store is
+// busy: goredis.StoreOptions.KeysDepth), counted a decision.
+func several(pol core.Policy) []harness.Script {
+	m := tokenbucket.Algorithm.Script().Many()
+	args := tokenbucket.Algorithm.Args(pol, 1, "", 0)
+	if m == nil || m.Keys == nil || !m.Fits(args) {
+		return nil
+	}
+	one := m.AppendDecision(append([]string(nil), args[:m.Shared]...), args)
+	keys := append([]string(nil), args[:m.Shared]...)
+	for range 8 {
+		keys = m.AppendDecision(append(keys, "1"), args)
+	}
+	return []harness.Script{
+		{Name: "holdfast token bucket Many, 1 decision", Does: "one decision in a call of the Many (a hot key's shared calls)", Src: m.Script.Source(), Args: one},
+		{Name: "holdfast token bucket Keys, 8 keys", Does: "a call of the Many's Keys with one decision on each of 8 keys, a decision", Src: m.Keys.Source(), Args: keys, Keys: 8},
+	}
+}
+
+// selected reports whether row name is one of rows (comma-separated
+// substrings; empty selects every row).
+func selected(name, rows string) bool {
+	if rows == "" {
+		return true
+	}
+	for _, r := range strings.Split(rows, ",") {
+		if r = strings.TrimSpace(r); r != "" && strings.Contains(name, r) {
+			return true
+		}
+	}
+	return false
 }
 
 // count starts redis-server under callgrind, sends calls calls of s with
@@ -153,13 +195,31 @@ func count(s harness.Script, hot bool, calls int) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	// One call first, outside the count: a script that answers an error
+	// (bad arguments, a bad layout) would be counted as cheap.
+	nk := max(s.Keys, 1)
+	check := make([]string, nk)
+	for i := range check {
+		check[i] = "hf:{tb:check" + strconv.Itoa(i) + "}"
+	}
+	argv := make([]any, len(s.Args))
+	for i, a := range s.Args {
+		argv[i] = a
+	}
+	if err := rc.EvalSha(ctx, sha, check, argv...).Err(); err != nil {
+		return 0, fmt.Errorf("a call of the script fails: %w", err)
+	}
 	key := "hf:{tb:hot}"
 	cmd := []string{"-h", "127.0.0.1", "-p", strconv.Itoa(port), "-n", strconv.Itoa(calls), "-c", "1", "--csv"}
 	if !hot {
-		key = "hf:{tb:__rand_int__}"
+		key = "hf:{tb:__rand_int__}" // each occurrence a random key of its own
 		cmd = append(cmd, "-r", "100000")
 	}
-	cmd = append(append(cmd, "EVALSHA", sha, "1", key), s.Args...)
+	cmd = append(cmd, "EVALSHA", sha, strconv.Itoa(nk))
+	for range nk {
+		cmd = append(cmd, key)
+	}
+	cmd = append(cmd, s.Args...)
 	if b, err := exec.CommandContext(ctx, "redis-benchmark", cmd...).CombinedOutput(); err != nil {
 		return 0, fmt.Errorf("redis-benchmark: %v: %s", err, b)
 	}

@@ -64,9 +64,9 @@ func ParseStoreVariant(spec string) (StoreVariant, error) {
 				err = fmt.Errorf("store variant %q: keysdepth=0 is the default; give -1 or a depth ≥ 1", spec)
 			}
 		case "nocollapse":
-			err, v.NoCollapse = flag(), true
+			v.NoCollapse, err = true, flag()
 		case "nocoalesce":
-			err, v.NoCoalesce = flag(), true
+			v.NoCoalesce, err = true, flag()
 		case "pipelines":
 			v.Pipelines, err = num(1)
 		case "maxbatch":

@@ -17,10 +17,6 @@ type Script struct {
 	Does string // what it runs, for the table
 	Src  string
 	Args []string // ARGV
-	// Keys is how many keys a call names (0 means 1); a per-decision
-	// figure divides a call's by it (cmd/scriptcost's calls of several
-	// keys).
-	Keys int
 }
 
 // The floor scripts. The two floors are not limiters: they run the fewest

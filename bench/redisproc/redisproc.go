@@ -1,11 +1,11 @@
 // Package redisproc starts redis-server processes for the benchmark harness:
 // each on a free 127.0.0.1 port with its own temporary directory, no
 // persistence, and stopped by PID. It is the bench module's twin of the main
-// module's internal/redistest, which the bench module cannot import.
+// module's internal/redistest (a testing.TB helper), and shares its
+// readiness probe, internal/redisprobe.
 package redisproc
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"net"
@@ -13,10 +13,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/holdfast/holdfast/internal/redisprobe"
 )
 
 // Bounds on waiting for a server.
@@ -161,6 +162,10 @@ func (s *Server) startLocked() error {
 	return nil
 }
 
+// waitReady polls until p answers PING, exits, or ReadyTimeout passes. The
+// server that answers must be p (INFO's process_id, redisprobe): between
+// FreePort and p's bind another server may take the port, and p then exits
+// on "Address already in use" while that server answers PING.
 func waitReady(port int, p *process) error {
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	deadline := time.Now().Add(ReadyTimeout)
@@ -170,26 +175,15 @@ func waitReady(port int, p *process) error {
 			return fmt.Errorf("redis-server exited: %v", p.err)
 		default:
 		}
-		if ping(addr) {
+		switch redisprobe.Probe(addr, nil, "", p.cmd.Process.Pid) {
+		case redisprobe.Ready:
 			return nil
+		case redisprobe.Foreign, redisprobe.Unverified:
+			return fmt.Errorf("another server answers on port %d", port)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	return fmt.Errorf("no PONG within %v", ReadyTimeout)
-}
-
-func ping(addr string) bool {
-	c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
-	if err != nil {
-		return false
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(200 * time.Millisecond))
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
-		return false
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	return err == nil && strings.HasPrefix(line, "+PONG")
 }
 
 func (p *process) kill() {

@@ -36,13 +36,13 @@ import (
 	"github.com/holdfast/holdfast/bench/redisproc"
 	"github.com/holdfast/holdfast/core"
 	"github.com/holdfast/holdfast/core/driver"
+	"github.com/holdfast/holdfast/internal/redisprobe"
 )
 
 func main() {
 	n := flag.Int("n", 1000, "calls of the shorter run (the longer makes 3n)")
 	rows := flag.String("rows", "", "comma-separated substrings: count only the rows whose names contain one")
 	flag.Parse()
-	redis.SetLogger(quiet{}) // dial errors while a server starts under valgrind
 	if err := run(*n, *rows); err != nil {
 		fmt.Fprintln(os.Stderr, "scriptcost:", err)
 		os.Exit(1)
@@ -66,11 +66,15 @@ func run(n int, rows string) error {
 	deadline := driver.DeadlineArg(time.Now().Add(time.Hour).UnixMicro())
 	scripts = append(scripts, harness.Script{Name: "holdfast token bucket, deadline", Does: "the same, with a call deadline", Src: tokenbucket.Algorithm.Script().Source(), Args: append(append([]string(nil), args...), deadline)})
 	scripts = append(scripts, probes(scripts)...)
-	scripts = append(scripts, several(pol)...)
+	var all []row
+	for _, sc := range scripts {
+		all = append(all, row{Script: sc, keys: 1})
+	}
+	all = append(all, several(pol)...)
 	fmt.Printf("Instructions Redis executes a decision (callgrind Ir; (I(%d) - I(%d)) / %d, over the keys of a call that names several)\n\n", 3*n, n, 2*n)
 	fmt.Println("| script | runs | hot key | 100k keys |")
 	fmt.Println("| --- | --- | --: | --: |")
-	for _, s := range scripts {
+	for _, s := range all {
 		if !selected(s.Name, rows) {
 			continue
 		}
@@ -84,7 +88,7 @@ func run(n int, rows string) error {
 			if err != nil {
 				return fmt.Errorf("%s: %w", s.Name, err)
 			}
-			cells = append(cells, strconv.FormatInt((b-a)/int64(2*n*max(s.Keys, 1)), 10))
+			cells = append(cells, strconv.FormatInt((b-a)/int64(2*n*s.keys), 10))
 		}
 		fmt.Printf("| %s | %s | %s | %s |\n", s.Name, s.Does, cells[0], cells[1])
 	}
@@ -118,7 +122,7 @@ func probes(scripts []harness.Script) []harness.Script {
 // (a hot key's calls share one), and one decision on each of 8 keys in a
 // call of its Many's Keys (decisions on distinct keys while the store is
 // busy: goredis.StoreOptions.KeysDepth), counted a decision.
-func several(pol core.Policy) []harness.Script {
+func several(pol core.Policy) []row {
 	m := tokenbucket.Algorithm.Script().Many()
 	args := tokenbucket.Algorithm.Args(pol, 1, "", 0)
 	if m == nil || m.Keys == nil || !m.Fits(args) {
@@ -129,10 +133,17 @@ func several(pol core.Policy) []harness.Script {
 	for range 8 {
 		keys = m.AppendDecision(append(keys, "1"), args)
 	}
-	return []harness.Script{
-		{Name: "holdfast token bucket Many, 1 decision", Does: "one decision in a call of the Many (a hot key's shared calls)", Src: m.Script.Source(), Args: one},
-		{Name: "holdfast token bucket Keys, 8 keys", Does: "a call of the Many's Keys with one decision on each of 8 keys, a decision", Src: m.Keys.Source(), Args: keys, Keys: 8},
+	return []row{
+		{harness.Script{Name: "holdfast token bucket Many, 1 decision", Does: "one decision in a call of the Many (a hot key's shared calls)", Src: m.Script.Source(), Args: one}, 1},
+		{harness.Script{Name: "holdfast token bucket Keys, 8 keys", Does: "a call of the Many's Keys with one decision on each of 8 keys, a decision", Src: m.Keys.Source(), Args: keys}, 8},
 	}
+}
+
+// A row is a script cmd/scriptcost counts, and how many keys a call of it
+// names: its count is per key, a decision each.
+type row struct {
+	harness.Script
+	keys int
 }
 
 // selected reports whether row name is one of rows (comma-separated
@@ -152,7 +163,7 @@ func selected(name, rows string) bool {
 // count starts redis-server under callgrind, sends calls calls of s with
 // redis-benchmark -c 1, stops the server and returns the instructions it
 // executed in all.
-func count(s harness.Script, hot bool, calls int) (int64, error) {
+func count(s row, hot bool, calls int) (int64, error) {
 	dir, err := os.MkdirTemp("", "scriptcost")
 	if err != nil {
 		return 0, err
@@ -180,25 +191,32 @@ func count(s harness.Script, hot bool, calls int) (int64, error) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	rc := redis.NewClient(&redis.Options{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), MaxRetries: -1})
-	defer rc.Close()
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	// Ready when the server answering is this one (redisprobe): another
+	// server may have taken the port first. Valgrind runs redis-server in
+	// its own process, so INFO's process_id is srv's PID.
 	for i := 0; ; i++ {
-		if rc.Ping(ctx).Err() == nil {
+		st := redisprobe.Probe(addr, nil, "", srv.Process.Pid)
+		if st == redisprobe.Ready {
 			break
+		}
+		if st == redisprobe.Foreign || st == redisprobe.Unverified {
+			return 0, fmt.Errorf("another server answers on port %d", port)
 		}
 		if i == 300 {
 			return 0, errors.New("redis-server under valgrind did not answer within 60 s")
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	rc := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer rc.Close()
 	sha, err := rc.ScriptLoad(ctx, s.Src).Result()
 	if err != nil {
 		return 0, err
 	}
 	// One call first, outside the count: a script that answers an error
 	// (bad arguments, a bad layout) would be counted as cheap.
-	nk := max(s.Keys, 1)
-	check := make([]string, nk)
+	check := make([]string, s.keys)
 	for i := range check {
 		check[i] = "hf:{tb:check" + strconv.Itoa(i) + "}"
 	}
@@ -215,8 +233,8 @@ func count(s harness.Script, hot bool, calls int) (int64, error) {
 		key = "hf:{tb:__rand_int__}" // each occurrence a random key of its own
 		cmd = append(cmd, "-r", "100000")
 	}
-	cmd = append(cmd, "EVALSHA", sha, strconv.Itoa(nk))
-	for range nk {
+	cmd = append(cmd, "EVALSHA", sha, strconv.Itoa(s.keys))
+	for range s.keys {
 		cmd = append(cmd, key)
 	}
 	cmd = append(cmd, s.Args...)
@@ -254,7 +272,3 @@ func totals(path string) (int64, error) {
 	}
 	return 0, fmt.Errorf("%s: no summary line", path)
 }
-
-type quiet struct{}
-
-func (quiet) Printf(context.Context, string, ...any) {}

@@ -1,41 +1,95 @@
 -- holdfast token bucket: several decisions on one key, in order, at one
 -- instant of Redis time (driver.Many). Each is what tokenbucket.lua
--- decides alone at that instant; the bucket is read once and written once.
--- (driver.NewMany puts now, costs_ok and decide_each before this source,
--- and bucket.lua idiv and credit_at.)
+-- decides alone at that instant; the bucket is read once and written
+-- once, with tokenbucket.lua's reading, write and arithmetic (its
+-- comments say why each is so), which replay_model_test and CheckMany
+-- hold to the Go twin. (driver.NewMany puts now, out, costs_ok and
+-- decide_each before this source, and calls one.)
 --
--- KEYS[1]  the bucket
 -- ARGV[1]  C, capacity in tokens; ARGV[2] T, microseconds a token
 -- then for each decision: n, its cost in tokens (1 <= n <= C), and its
 -- deadline: "@" and Redis time in us (driver.DeadlineArg), or ""
 --
 -- Reply: driver.Many's; each decision's as tokenbucket.lua gives it.
-local C = tonumber(ARGV[1])
-local T = tonumber(ARGV[2])
-if not C or not T or C < 1 or T < 1 or not costs_ok(C) then
-  return redis.error_reply('ERR holdfast token bucket: bad arguments')
-end
-local full = C * T
-local credit, err, plain = credit_at(KEYS[1], now, full)
-if err then
-  return redis.error_reply(err)
-end
-local spent = false
-local out = decide_each(function(i)
-  local need = tonumber(ARGV[i]) * T
-  if credit < need then
-    local remaining = 0
-    if credit > 0 then
-      remaining = idiv(credit, T)
-    end
-    return 0, remaining, need - credit, full - credit, now
+-- C and T are read once a call; a call of several keys shares them.
+local C, T = tonumber(ARGV[1]), tonumber(ARGV[2])
+
+-- one decides the decisions from first to last on the bucket in key.
+local function one(key, first, last)
+  if not C or not T or C < 1 or T < 1 or not costs_ok(C, first, last) then
+    return redis.error_reply('ERR holdfast token bucket: bad arguments')
   end
-  credit = credit - need
-  spent = true
-  return 1, idiv(credit, T), 0, full - credit, now
-end)
--- As tokenbucket.lua: the key lives until the bucket is full again.
-if spent then
-  spend(KEYS[1], now, full, credit, plain)
+  local full = C * T
+  -- The bucket's credit at now (a key that holds nothing is a full
+  -- bucket), and plain: the key's E when it holds E alone (false
+  -- otherwise).
+  local credit, plain = full, false
+  local v = redis.pcall('GET', key)
+  if v then
+    local e = tonumber(v)
+    if e then
+      plain = e
+    elseif type(v) == 'table' then
+      if not v.err or string.sub(v.err, 1, 9) ~= 'WRONGTYPE' then
+        return redis.error_reply(v.err or 'ERR holdfast token bucket: GET failed')
+      end
+      local h = redis.call('HMGET', key, 'c', 't')
+      local c, t = tonumber(h[1]), tonumber(h[2])
+      if not c or not t then
+        return redis.error_reply('ERR holdfast token bucket: corrupt state in ' .. key)
+      end
+      e = t - c
+    else
+      e = tonumber(string.match(v, '^(%-?%d+)|'))
+      if not e then
+        return redis.error_reply('ERR holdfast token bucket: corrupt state in ' .. key)
+      end
+    end
+    credit = now - e
+    if credit > full then
+      credit = full
+    end
+  end
+  local spent = false
+  decide_each(first, last, function(i)
+    local need = (0 + ARGV[i]) * T
+    if credit < need then
+      local remaining = 0
+      if credit > 0 then
+        local r = credit % T
+        if r < 0 then
+          r = r + T
+        end
+        remaining = (credit - r) / T
+      end
+      return 0, remaining, need - credit, full - credit, now
+    end
+    credit = credit - need
+    spent = true
+    local r = credit % T
+    if r < 0 then
+      r = r + T
+    end
+    return 1, (credit - r) / T, 0, full - credit, now
+  end)
+  -- As tokenbucket.lua: E written keeping the key's expiry while it stays
+  -- in the quarter of the E the key holds, else with the key's expiry.
+  if spent then
+    local ne = now - credit
+    local q = (full - full % 4) / 4
+    if q < 1000 then
+      q = 1000
+    end
+    local r = ne % q
+    if r < 0 then
+      r = r + q
+    end
+    local bq = ne - r
+    if plain and plain >= bq then
+      redis.call('SET', key, string.format('%d', ne), 'KEEPTTL')
+    else
+      local ms = bq + q + full - now
+      redis.call('SET', key, string.format('%d', ne), 'PX', string.format('%d', (ms - ms % 1000) / 1000 + 2))
+    end
+  end
 end
-return out

@@ -350,8 +350,8 @@ func TestRedisExpiry(t *testing.T) {
 	}
 	at2, _ = strconv.ParseInt(srv.Do(t, "PEXPIRETIME", key), 10, 64)
 	inBounds("refund", e, at2)
-	// Two decisions of one token in one call (the Many, bucket.lua's
-	// spend): E moves on by 200 ms, keeping the expiry in its quarter and
+	// Two decisions of one token in one call (the Many's
+	// write): E moves on by 200 ms, keeping the expiry in its quarter and
 	// writing its quarter's otherwise.
 	m := p.Algorithm().Script().Many()
 	shared := p.Algorithm().Args(p, 1, "", 0)[:m.Shared]

@@ -27,9 +27,6 @@ const Name = "token_bucket"
 // of the script stays an exact integer in Lua's doubles.
 const MaxCredit = 1 << 50
 
-//go:embed bucket.lua
-var bucket string
-
 //go:embed tokenbucket.lua
 var source string
 
@@ -42,13 +39,13 @@ var manySource string
 // each.
 var (
 	script, peekScript = driver.NewDecisionScripts(Name, source, local, cloneState)
-	_                  = script.WithMany(driver.NewMany(Name+"_many", driver.LuaIDiv+luaLife+bucket+manySource, 2, 1))
+	_                  = script.WithMany(driver.NewMany(Name+"_many", manySource, 2, 1))
 )
 
 // luaLife is life_ms(e, full, now), lifeMs in Lua: the PX, a decimal
-// string, of a key holding E alone, written at now. bucket.lua (the
-// Many), refund.lua and replay.lua call it; tokenbucket.lua has it in
-// line, with the quarter it also needs. (idiv: driver.LuaIDiv, before
+// string, of a key holding E alone, written at now. refund.lua and
+// replay.lua call it; tokenbucket.lua and many.lua have it in line, with
+// the quarter they also need. (idiv: driver.LuaIDiv, before
 // it.) string.format: see tokenbucket.lua.
 const luaLife = `-- life_ms: a key holding E alone lives to the end of E's quarter (lifeMs).
 local function life_ms(e, full, now)

@@ -23,11 +23,11 @@
 -- Reply: {allowed (0|1), remaining tokens, retry_after_us, reset_after_us,
 --         now_us}
 --
--- The script stands alone, with no function of bucket.lua (which many.lua
--- uses): a lone caller's decision is one Redis call of it, and every
+-- The script stands alone, with no function shared with many.lua: a lone
+-- caller's decision is one Redis call of it, and every
 -- closure a call creates and every call it makes is Redis time a decision
 -- pays (BENCHMARKS.md, section 6's script floor). The reading and the write
--- are bucket.lua's empty, credit_at and spend, in line; replay_model_test
+-- are many.lua's, in line there too; replay_model_test
 -- and the storetest suites hold the two to the Go twin.
 -- Arithmetic reads a decimal argument in one parse (tonumber parses it
 -- twice, a cost of every decision); an argument that is not a number

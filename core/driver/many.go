@@ -51,10 +51,23 @@ const (
 )
 
 // NewMany returns the Many named name whose decisions take shared and
-// each arguments, made of src, the Lua after manyHead.
+// each arguments, made of src: Lua that defines
 //
-// Its Keys script, named name + "_keys", runs the same source once for
-// each of several keys, at one instant of Redis time:
+//	local function one(key, first, last)
+//
+// which makes, on key, the decisions whose arguments lie in ARGV from
+// first to last: the first's Each arguments start at first, each next
+// decision's EACH + 1 after the one before, and the last decision's
+// deadline is ARGV[last]. It appends each decision's reply to the call's
+// reply through decide_each, in order, and returns nothing; or it returns
+// an error reply, having written nothing. The shared arguments are
+// ARGV[1] to ARGV[FIRST - 1] in every call; src may read them once,
+// outside one. Its functions are made once a call, whatever the number
+// of keys: a call pays for a closure once, not once a key.
+//
+// A Many call runs one(KEYS[1], FIRST, #ARGV). Its Keys script, named
+// name + "_keys", runs one for each of several keys, at one instant of
+// Redis time:
 //
 //	KEYS   the keys, in the order their decisions are made; a key may
 //	       come more than once
@@ -64,38 +77,37 @@ const (
 //
 // Reply: for each key in order, for each of its decisions, ManyStride
 // integers as in a Many reply; or, when the key's decisions failed (an
-// error reply of the source, or a command's error, such as WRONGTYPE),
-// ManyAlone and five zeros for each of them. The source writes nothing
-// before it fails (a Many's contract), so that a caller may send them
-// again on their own to learn the error. An error reply is the error of
-// every decision (the call was not run: NOSCRIPT, OOM, a deadline). All
-// keys must be in one hash slot on a cluster.
+// error reply of one, or a command's error, such as WRONGTYPE),
+// ManyAlone and five zeros for each of them. one writes nothing before
+// it fails (a Many's contract), so that a caller may send them again on
+// their own to learn the error. An error reply is the error of every
+// decision (the call was not run: NOSCRIPT, OOM, a deadline). All keys
+// must be in one hash slot on a cluster.
 func NewMany(name, src string, shared, each int) *Many {
-	first := "local FIRST, EACH = " + strconv.Itoa(shared+1) + ", " + strconv.Itoa(each) + "\n" + manyNow
+	head := decisionShebang + "local FIRST, EACH = " + strconv.Itoa(shared+1) + ", " + strconv.Itoa(each) + "\n" + manyHead + src + "\n"
 	return &Many{
-		Script: NewScript(name, decisionShebang+first+manyHead+src, nil),
+		Script: NewScript(name, head+manyOne, nil),
 		Shared: shared, Each: each,
-		Keys: NewScript(name+"_keys", decisionShebang+first+
-			"local function one(KEYS, ARGV)\n"+manyHead+src+"\nend\n"+keysLoop, nil),
+		Keys: NewScript(name+"_keys", head+keysLoop, nil),
 	}
 }
 
-// manyNow reads the call's time, once, for every decision of the call.
-const manyNow = `-- holdfast: several decisions on one key (driver.NewMany)
+// manyHead is what every Many's source sees: the call's time, read once
+// for every decision of the call, as now; the reply, out, and the number
+// of its integers, o; the check of the costs, costs_ok; and decide_each,
+// which appends each decision's reply in the reply's layout.
+const manyHead = `-- holdfast: decisions on one key or several (driver.NewMany)
 local now
 do
   local t = redis.call('TIME')
   now = t[1] * 1000000 + t[2]
 end
+local out, o = {}, 0
 
-`
-
-// manyHead is what every Many's source sees besides now: the check of the
-// costs and the loop that decides each decision in turn.
-const manyHead = `-- costs_ok reports whether every decision's cost, its first argument, is
--- an integer in 1..max.
-local function costs_ok(max)
-  for i = FIRST, #ARGV, EACH + 1 do
+-- costs_ok reports whether the cost of every decision from first to last,
+-- its first argument, is an integer in 1..max.
+local function costs_ok(max, first, last)
+  for i = first, last, EACH + 1 do
     local n = tonumber(ARGV[i])
     if not n or n < 1 or n > max then
       return false
@@ -105,12 +117,12 @@ local function costs_ok(max)
 end
 
 -- decide_each calls decide(i), i a decision's first argument, for each
--- decision in order whose deadline has not passed at now, and returns the
--- reply: for each decision 0 and the five integers decide returned, or 1
--- (stale, not decided) and five zeros. 64 is '@'.
-local function decide_each(decide)
-  local out, o = {}, 0
-  for i = FIRST, #ARGV, EACH + 1 do
+-- decision from first to last in order whose deadline has not passed at
+-- now, and appends to out 0 and the five integers decide returned; or,
+-- for one past its deadline (stale, not decided), 1 and five zeros. 64
+-- is '@'.
+local function decide_each(first, last, decide)
+  for i = first, last, EACH + 1 do
     local d = ARGV[i + EACH]
     if d ~= '' and string.byte(d, 1) == 64 and now > tonumber(string.sub(d, 2)) then
       out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = 1, 0, 0, 0, 0, 0
@@ -119,45 +131,42 @@ local function decide_each(decide)
     end
     o = o + 6
   end
-  return out
 end
+
 `
 
-// keysLoop is the body of a Keys script, after the source wrapped as
-// one(KEYS, ARGV): it calls one for each key with that key's decisions
-// as a Many call's KEYS and ARGV, and keeps each reply in order. A key's
-// failure, an error reply or a command's error (pcall), fails that key's
+// manyOne is the body of a Many script, after the source: its one key's
+// decisions.
+const manyOne = `local err = one(KEYS[1], FIRST, #ARGV)
+if err then
+  return err
+end
+return out
+`
+
+// keysLoop is the body of a Keys script, after the source: it calls one
+// for each key with that key's decisions, in the ARGV of the call itself
+// (nothing is copied). A key's failure, an error reply or a command's
+// error (pcall), or a reply of another length, fails that key's
 // decisions alone (ManyAlone, 2).
-const keysLoop = `
-local KEYS_IN, ARGV_IN = KEYS, ARGV
-local out, o = {}, 0
-local p = FIRST
-for k = 1, #KEYS_IN do
-  local n = tonumber(ARGV_IN[p])
-  if not n or n < 1 or p + n * (EACH + 1) > #ARGV_IN then
+const keysLoop = `local p, stride = FIRST, EACH + 1
+for k = 1, #KEYS do
+  local n = tonumber(ARGV[p])
+  if not n or n < 1 or p + n * stride > #ARGV then
     return redis.error_reply('ERR holdfast: bad arguments of a call of several keys')
   end
-  local args = {}
-  for i = 1, FIRST - 1 do
-    args[i] = ARGV_IN[i]
-  end
-  for i = 1, n * (EACH + 1) do
-    args[FIRST - 1 + i] = ARGV_IN[p + i]
-  end
-  p = p + 1 + n * (EACH + 1)
-  local ok, r = pcall(one, {KEYS_IN[k]}, args)
-  if ok and type(r) == 'table' and not r.err and #r == n * 6 then
-    for i = 1, n * 6 do
-      out[o + i] = r[i]
-    end
-  else
-    for i = 0, n * 6 - 1, 6 do
-      out[o + i + 1], out[o + i + 2], out[o + i + 3], out[o + i + 4], out[o + i + 5], out[o + i + 6] = 2, 0, 0, 0, 0, 0
+  local start = o
+  local ok, err = pcall(one, KEYS[k], p + 1, p + n * stride)
+  if not ok or err or o ~= start + n * 6 then
+    o = start
+    for i = 1, n do
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = 2, 0, 0, 0, 0, 0
+      o = o + 6
     end
   end
-  o = o + n * 6
+  p = p + 1 + n * stride
 end
-if p <= #ARGV_IN then
+if p <= #ARGV then
   return redis.error_reply('ERR holdfast: bad arguments of a call of several keys')
 end
 return out

@@ -29,7 +29,7 @@ type keyer interface {
 // left as it was.
 func testKeys(t *testing.T, h RedisHarness) {
 	srv := redistest.Start(t)
-	s := h.NewStore(t, srv.URL(), StoreOptions{Relaxed: true, KeysDepth: 2})
+	s := h.NewStore(t, srv.URL(), StoreOptions{Relaxed: true, KeysDepth: 2, KeysFrom: 1})
 	ks, ok := s.(keyer)
 	if !ok {
 		t.Fatalf("%T does not report calls of several keys", s)

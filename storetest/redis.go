@@ -54,6 +54,10 @@ type StoreOptions struct {
 	// which decisions on distinct keys share calls (the backends'
 	// StoreOptions.KeysDepth); 0 means the backend's default.
 	KeysDepth int
+	// KeysFrom, if not 0, is how many decisions must be in the store
+	// before any waits to share a call of several keys (the backends'
+	// StoreOptions.KeysFrom); 0 means the backend's default.
+	KeysFrom int
 }
 
 // relaxed are the options of tests that are not about deadlines.

@@ -3,8 +3,8 @@
 -- decides alone at that instant; the bucket is read once and written
 -- once, with tokenbucket.lua's reading, write and arithmetic (its
 -- comments say why each is so), which replay_model_test and CheckMany
--- hold to the Go twin. (driver.NewMany puts now, out, costs_ok and
--- decide_each before this source, and calls one.)
+-- hold to the Go twin. (driver.NewMany puts now, out and o before this
+-- source, and calls one.)
 --
 -- ARGV[1]  C, capacity in tokens; ARGV[2] T, microseconds a token
 -- then for each decision: n, its cost in tokens (1 <= n <= C), and its
@@ -16,7 +16,7 @@ local C, T = tonumber(ARGV[1]), tonumber(ARGV[2])
 
 -- one decides the decisions from first to last on the bucket in key.
 local function one(key, first, last)
-  if not C or not T or C < 1 or T < 1 or not costs_ok(C, first, last) then
+  if not C or not T or C < 1 or T < 1 then
     return redis.error_reply('ERR holdfast token bucket: bad arguments')
   end
   local full = C * T
@@ -50,28 +50,43 @@ local function one(key, first, last)
       credit = full
     end
   end
+  -- Each decision in turn, as decide_each would make them (its layout,
+  -- in line: a closure and a call a decision are Redis time). A bad cost
+  -- fails the call before anything is written; what was appended to out
+  -- is then dropped (driver.NewMany).
   local spent = false
-  decide_each(first, last, function(i)
-    local need = (0 + ARGV[i]) * T
-    if credit < need then
-      local remaining = 0
-      if credit > 0 then
+  for i = first, last, EACH + 1 do
+    local n = tonumber(ARGV[i])
+    if not n or n < 1 or n > C then
+      return redis.error_reply('ERR holdfast token bucket: bad arguments')
+    end
+    local d = ARGV[i + 1]
+    if d ~= '' and string.byte(d, 1) == 64 and now > tonumber(string.sub(d, 2)) then
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = 1, 0, 0, 0, 0, 0
+    else
+      local need = n * T
+      if credit < need then
+        local remaining = 0
+        if credit > 0 then
+          local r = credit % T
+          if r < 0 then
+            r = r + T
+          end
+          remaining = (credit - r) / T
+        end
+        out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = 0, 0, remaining, need - credit, full - credit, now
+      else
+        credit = credit - need
+        spent = true
         local r = credit % T
         if r < 0 then
           r = r + T
         end
-        remaining = (credit - r) / T
+        out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = 0, 1, (credit - r) / T, 0, full - credit, now
       end
-      return 0, remaining, need - credit, full - credit, now
     end
-    credit = credit - need
-    spent = true
-    local r = credit % T
-    if r < 0 then
-      r = r + T
-    end
-    return 1, (credit - r) / T, 0, full - credit, now
-  end)
+    o = o + 6
+  end
   -- As tokenbucket.lua: E written keeping the key's expiry while it stays
   -- in the quarter of the E the key holds, else with the key's expiry.
   if spent then

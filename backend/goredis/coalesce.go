@@ -47,9 +47,14 @@ type StoreOptions struct {
 	// KeysDepth is how many decision calls may be in flight on the Store
 	// before decisions on keys without a call in flight wait for one to
 	// land and go together in one call of several keys (driver.Many's
-	// Keys; pipeline.Decisions.Depth). 0 means DefaultKeysDepth; a
-	// negative KeysDepth sends no call of several keys.
+	// Keys; pipeline.Decisions.Depth), once KeysFrom decisions are in the
+	// Store. 0 means DefaultKeysDepth; a negative KeysDepth sends no call
+	// of several keys.
 	KeysDepth int
+	// KeysFrom is how many decisions must be in the Store at once, in
+	// flight or waiting, before any waits to share a call of several keys
+	// (pipeline.Decisions.KeysFrom); 0 means pipeline.DefaultKeysFrom.
+	KeysFrom int
 	// Pipelines is the most pipelines of coalesced calls in flight at once,
 	// each on a pooled connection. 0 means DefaultPipelines.
 	Pipelines int

@@ -31,7 +31,7 @@ func (harness) NewStore(t testing.TB, url string, o storetest.StoreOptions) stor
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return goredis.NewWithOptions(c, goredis.StoreOptions{KeysDepth: o.KeysDepth})
+	return goredis.NewWithOptions(c, goredis.StoreOptions{KeysDepth: o.KeysDepth, KeysFrom: o.KeysFrom})
 }
 
 func (harness) IsReplyError(err error) bool {

@@ -63,7 +63,7 @@ func NewWithOptions(c redis.UniversalClient, o StoreOptions) *Store {
 		s.co = newCoalescer(o)
 	}
 	if !o.NoCollapse {
-		s.dec = &pipeline.Decisions{One: s.run, Classify: classify, Depth: cmp.Or(o.KeysDepth, DefaultKeysDepth)}
+		s.dec = &pipeline.Decisions{One: s.run, Classify: classify, Depth: cmp.Or(o.KeysDepth, DefaultKeysDepth), KeysFrom: o.KeysFrom}
 		switch c.(type) {
 		case *redis.Client:
 		case *redis.ClusterClient:

@@ -36,7 +36,7 @@ func (harness) NewStore(t testing.TB, url string, o storetest.StoreOptions) stor
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
-	return hfrueidis.NewWithOptions(c, hfrueidis.StoreOptions{KeysDepth: o.KeysDepth})
+	return hfrueidis.NewWithOptions(c, hfrueidis.StoreOptions{KeysDepth: o.KeysDepth, KeysFrom: o.KeysFrom})
 }
 
 func (harness) IsReplyError(err error) bool {

@@ -5,6 +5,7 @@
 package rueidis
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"sync/atomic"
@@ -69,17 +70,28 @@ type StoreOptions struct {
 	// the decisions on one key that arrive while a call on that key is in
 	// flight go together in one call (driver.Many, pipeline.Decisions).
 	NoCollapse bool
-	// KeysDepth, above 0, is how many decision calls may be in flight on
-	// the Store before decisions on keys without a call in flight wait for
-	// one to land and go together in one call of several keys (driver.Many's
-	// Keys; pipeline.Decisions.Depth). 0, the default, sends none: rueidis
-	// pipelines many calls on one connection cheaply, and in the benchmark
-	// harness's interleaved runs (token bucket, 100k keys, 5 runs of 2 s)
-	// a depth of 2 made 0.77x the decisions a second of none at 16
-	// callers, 1.00-1.08x at 64 and 1.06-1.10x at 256 (medians of the
-	// paired ratios, three runs); 16 and 32 gained nothing.
+	// KeysDepth is how many decision calls may be in flight on the Store
+	// before decisions on keys without a call in flight wait for one to
+	// land and go together in one call of several keys (driver.Many's
+	// Keys; pipeline.Decisions.Depth), once KeysFrom decisions are in the
+	// Store. 0 means DefaultKeysDepth; a negative KeysDepth sends no call
+	// of several keys.
 	KeysDepth int
+	// KeysFrom is how many decisions must be in the Store at once, in
+	// flight or waiting, before any waits to share a call of several keys
+	// (pipeline.Decisions.KeysFrom); 0 means pipeline.DefaultKeysFrom.
+	KeysFrom int
 }
+
+// DefaultKeysDepth is StoreOptions.KeysDepth's default, as go-redis's
+// (goredis.DefaultKeysDepth). In one interleaved run of the harness
+// (token bucket, 100k keys, 5 runs of 2 s; docs/DESIGN.md has the command)
+// the defaults made 140.7k and 189.2k decisions a second at 64 and 256
+// callers, against 118.9k and 154.8k with no calls of several keys; at 16
+// callers, where every decision waiting past 2 calls in flight made 62.6k
+// against none's 74.5k, KeysFrom keeps the decisions going at once
+// (72.5k).
+const DefaultKeysDepth = 2
 
 // NewWithOptions is New with options o.
 func NewWithOptions(c rueidis.Client, o StoreOptions) *Store {
@@ -88,7 +100,7 @@ func NewWithOptions(c rueidis.Client, o StoreOptions) *Store {
 		s.lone, s.quick = cl.lone, cl.quick
 	}
 	if !o.NoCollapse {
-		s.dec = &pipeline.Decisions{One: s.run, Classify: classify, Cluster: c.Mode() == rueidis.ClientModeCluster, Depth: o.KeysDepth}
+		s.dec = &pipeline.Decisions{One: s.run, Classify: classify, Cluster: c.Mode() == rueidis.ClientModeCluster, Depth: cmp.Or(o.KeysDepth, DefaultKeysDepth), KeysFrom: o.KeysFrom}
 	}
 	return s
 }

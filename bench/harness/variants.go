@@ -18,6 +18,7 @@ import (
 type StoreVariant struct {
 	Spec       string // as given: the rows' names end with it
 	KeysDepth  int    // StoreOptions.KeysDepth (both backends); 0: the default
+	KeysFrom   int    // StoreOptions.KeysFrom (both); 0: the default
 	NoCollapse bool   // StoreOptions.NoCollapse (both)
 	NoCoalesce bool   // goredis.StoreOptions.NoCoalesce (go-redis only)
 	Pipelines  int    // goredis.StoreOptions.Pipelines (go-redis only)
@@ -32,8 +33,8 @@ func (v StoreVariant) goredisOnly() bool {
 }
 
 // ParseStoreVariant parses spec, options joined by '+': keysdepth=N
-// (negative: no calls of several keys), nocollapse, nocoalesce,
-// pipelines=N, maxbatch=N, pool=N. For example "nocollapse+keysdepth=-1".
+// (negative: no calls of several keys), keysfrom=N, nocollapse,
+// nocoalesce, pipelines=N, maxbatch=N, pool=N. For example "nocollapse+keysdepth=-1".
 func ParseStoreVariant(spec string) (StoreVariant, error) {
 	v := StoreVariant{Spec: spec}
 	if spec == "" {
@@ -63,6 +64,8 @@ func ParseStoreVariant(spec string) (StoreVariant, error) {
 			if v.KeysDepth, err = num(-1); err == nil && v.KeysDepth == 0 {
 				err = fmt.Errorf("store variant %q: keysdepth=0 is the default; give -1 or a depth ≥ 1", spec)
 			}
+		case "keysfrom":
+			v.KeysFrom, err = num(1)
 		case "nocollapse":
 			v.NoCollapse, err = true, flag()
 		case "nocoalesce":
@@ -74,7 +77,7 @@ func ParseStoreVariant(spec string) (StoreVariant, error) {
 		case "pool":
 			v.PoolSize, err = num(1)
 		default:
-			err = fmt.Errorf("store variant %q: unknown option %q (keysdepth=N, nocollapse, nocoalesce, pipelines=N, maxbatch=N, pool=N)", spec, name)
+			err = fmt.Errorf("store variant %q: unknown option %q (keysdepth=N, keysfrom=N, nocollapse, nocoalesce, pipelines=N, maxbatch=N, pool=N)", spec, name)
 		}
 		if err != nil {
 			return StoreVariant{}, err
@@ -104,7 +107,7 @@ func variantImpls(vs []StoreVariant) []limiterImpl {
 				if err != nil {
 					return nil, nil, err
 				}
-				return hfrueidis.NewWithOptions(c, hfrueidis.StoreOptions{KeysDepth: v.KeysDepth, NoCollapse: v.NoCollapse}), c.Close, nil
+				return hfrueidis.NewWithOptions(c, hfrueidis.StoreOptions{KeysDepth: v.KeysDepth, KeysFrom: v.KeysFrom, NoCollapse: v.NoCollapse}), c.Close, nil
 			})})
 		}
 		out = append(out, limiterImpl{name: implHFGoredisTB + ", " + v.Spec, open: coreOn(hiTB, func(url string) (driver.Store, func(), error) {
@@ -112,7 +115,7 @@ func variantImpls(vs []StoreVariant) []limiterImpl {
 			if err != nil {
 				return nil, nil, err
 			}
-			o := goredis.StoreOptions{KeysDepth: v.KeysDepth, NoCollapse: v.NoCollapse, NoCoalesce: v.NoCoalesce, Pipelines: v.Pipelines, MaxBatch: v.MaxBatch}
+			o := goredis.StoreOptions{KeysDepth: v.KeysDepth, KeysFrom: v.KeysFrom, NoCollapse: v.NoCollapse, NoCoalesce: v.NoCoalesce, Pipelines: v.Pipelines, MaxBatch: v.MaxBatch}
 			return goredis.NewWithOptions(c, o), func() { _ = c.Close() }, nil
 		})})
 	}

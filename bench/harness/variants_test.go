@@ -6,11 +6,11 @@ import (
 )
 
 func TestParseStoreVariant(t *testing.T) {
-	v, err := ParseStoreVariant("nocollapse+keysdepth=-1+pipelines=2+maxbatch=64+pool=8+nocoalesce")
+	v, err := ParseStoreVariant("nocollapse+keysdepth=-1+keysfrom=8+pipelines=2+maxbatch=64+pool=8+nocoalesce")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := StoreVariant{Spec: v.Spec, KeysDepth: -1, NoCollapse: true, NoCoalesce: true, Pipelines: 2, MaxBatch: 64, PoolSize: 8}
+	want := StoreVariant{Spec: v.Spec, KeysDepth: -1, KeysFrom: 8, NoCollapse: true, NoCoalesce: true, Pipelines: 2, MaxBatch: 64, PoolSize: 8}
 	if v != want {
 		t.Fatalf("got %+v, want %+v", v, want)
 	}
@@ -35,6 +35,7 @@ func TestParseStoreVariant(t *testing.T) {
 		{"keysdepth=0", "is the default"},
 		{"keysdepth=-2", "not an integer ≥ -1"},
 		{"pipelines=0", "not an integer ≥ 1"},
+		{"keysfrom=0", "not an integer ≥ 1"},
 		{"pool=x", "not an integer"},
 		{"nocollapse=1", "takes no value"},
 	} {

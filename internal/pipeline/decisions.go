@@ -30,12 +30,14 @@ const maxDecisions = 128
 //
 // Decisions on distinct keys share calls too once the store is busy: a
 // decision that would be sent at once while Depth decision calls are
-// already in flight on the store waits instead for one of them to land,
-// and then what waited goes in one call of its script's Keys (driver.Many):
-// one EVALSHA for many keys' decisions, where each would pay its own. A
-// lone caller, and a few, never wait; many callers on many keys send
-// fewer, larger calls, and Redis spends less of its time a decision. On a
-// cluster (Cluster) such a call holds the keys of one hash slot.
+// already in flight on the store and KeysFrom decisions are in it (in
+// flight or waiting, its own included) waits instead for one of the calls
+// to land, and then what waited goes in one call of its script's Keys
+// (driver.Many): one EVALSHA for many keys' decisions, where each would
+// pay its own. A lone caller, and a few dozen, never wait; many callers on
+// many keys send fewer, larger calls, and Redis spends less of its time a
+// decision. On a cluster (Cluster) such a call holds the keys of one hash
+// slot.
 //
 // Calls of scripts without a Many, and calls that do not fit theirs
 // (driver.Many.Fits), are sent as they come.
@@ -63,6 +65,13 @@ type Decisions struct {
 	// client-side sharded ring). The stores choose it (goredis,
 	// rueidis StoreOptions.KeysDepth).
 	Depth int
+	// KeysFrom is how many decisions must be in the store at once, in
+	// flight or waiting, before any waits to share a call of several
+	// keys; 0 means DefaultKeysFrom. Below it every decision on a key
+	// without a call in flight is sent at once, as with Depth 0: the wait
+	// for a call to land costs a few callers more than the shared call
+	// saves them.
+	KeysFrom int
 	// Cluster makes a call of several keys hold keys of one hash slot
 	// (driver.HashSlot) only.
 	Cluster bool
@@ -70,6 +79,7 @@ type Decisions struct {
 	mu       sync.Mutex
 	lanes    map[string]*lane // keys with a call in flight
 	inflight int              // decision calls in flight, of every kind
+	active   atomic.Int64     // Run calls of decisions in progress, sent or waiting
 	queue    []*decision      // decisions waiting for a call of several keys
 
 	calls, batched  atomic.Int64 // Many calls sent and the decisions in them
@@ -132,10 +142,12 @@ func (d *Decisions) Run(ctx context.Context, sc *driver.Script, keys, args []str
 		return d.One(ctx, sc, keys, args)
 	}
 	key := keys[0]
+	busy := d.active.Add(1) >= int64(cmp.Or(d.KeysFrom, DefaultKeysFrom))
+	defer d.active.Add(-1)
 	d.mu.Lock()
 	ln := d.lanes[key]
 	alone := ln == nil || ln.inflight < laneDepth && len(ln.waiting) == 0
-	if alone && (m.Keys == nil || d.inflight < d.Depth || d.Depth <= 0) {
+	if alone && (m.Keys == nil || d.Depth <= 0 || d.inflight < d.Depth || !busy) {
 		if ln == nil {
 			if d.lanes == nil {
 				d.lanes = map[string]*lane{}
@@ -233,6 +245,15 @@ const laneDepth = 2
 // (bench/, make bench: BENCHMARKS.md); 2 to 8 measured alike, while 16
 // sent the 100k-key rows' calls at G=16 unpipelined, which cost them.
 const DirectCalls = 4
+
+// DefaultKeysFrom is Decisions.KeysFrom's default: 16 callers' decisions
+// go at once, 64 callers' share calls. On rueidis, in one interleaved run
+// of the harness on 100k keys (bench/, token bucket, 5 runs of 2 s;
+// docs/DESIGN.md), waiting once 2 calls were in flight whatever the
+// callers made 62.6k decisions a second at 16 callers against 74.5k for
+// no calls of several keys, and 134.8k against 118.9k at 64; 32 made
+// 72.5k and 140.7k, and 24 and 48 measured alike.
+const DefaultKeysFrom = 32
 
 // DefaultStallAfter bounds head-of-line waiting (see Decisions), as the
 // go-redis coalescer bounds it; maxStallCalls bounds the calls in flight

@@ -79,12 +79,13 @@ func (f *keysStore) seen() [][]string {
 	return slices.Clone(f.calls)
 }
 
-// busy returns a store and Decisions of Depth 2 with both calls in flight,
-// blocked until the store's gate is closed, and their outcomes.
-func busy(t *testing.T) (*keysStore, *Decisions, []chan outcome) {
+// busy returns a store and Decisions of Depth 2 and KeysFrom keysFrom
+// with both calls in flight, blocked until the store's gate is closed,
+// and their outcomes.
+func busy(t *testing.T, keysFrom int) (*keysStore, *Decisions, []chan outcome) {
 	t.Helper()
 	f := &keysStore{gate: make(chan struct{})}
-	d := &Decisions{One: f.one, Classify: func(name string, err error) error { return fmt.Errorf("%s: %w", name, err) }, StallAfter: time.Hour, Depth: 2}
+	d := &Decisions{One: f.one, Classify: func(name string, err error) error { return fmt.Errorf("%s: %w", name, err) }, StallAfter: time.Hour, Depth: 2, KeysFrom: keysFrom}
 	var first []chan outcome
 	for _, k := range []string{"a", "b"} {
 		first = append(first, startKeys(d, k, "9"))
@@ -142,7 +143,7 @@ func queueKeys(t *testing.T, d *Decisions, keys []string) []chan outcome {
 // its own reply. Decisions on a key that failed in it are sent again
 // alone and get their own error.
 func TestDecisionsKeys(t *testing.T) {
-	f, d, first := busy(t)
+	f, d, first := busy(t, 1)
 	keys := []string{"k1", "k2", "bad", "k2", "k3"}
 	outs := queueKeys(t, d, keys)
 	close(f.gate)
@@ -179,7 +180,7 @@ func TestDecisionsKeys(t *testing.T) {
 // TestDecisionsKeysCluster: on a cluster a call of several keys holds keys
 // of one hash slot; one key's decisions alone go in its Many.
 func TestDecisionsKeysCluster(t *testing.T) {
-	f, d, first := busy(t)
+	f, d, first := busy(t, 1)
 	d.Cluster = true
 	keys := []string{"{x}1", "{y}1", "{x}2", "{z}", "{z}"}
 	outs := queueKeys(t, d, keys)
@@ -219,7 +220,7 @@ func TestDecisionsKeysIdle(t *testing.T) {
 // TestDecisionsKeysOff: with a negative Depth decisions on distinct keys
 // never wait, however many calls are in flight.
 func TestDecisionsKeysOff(t *testing.T) {
-	f, d, first := busy(t)
+	f, d, first := busy(t, 1)
 	d.Depth = -1
 	for i := range 5 {
 		r, err := d.Run(context.Background(), keysDecision, []string{"k" + strconv.Itoa(i)}, []string{"P", "1"})
@@ -233,5 +234,46 @@ func TestDecisionsKeysOff(t *testing.T) {
 	}
 	if calls, _ := d.Keyed(); calls != 0 || len(f.seen()) != 7 {
 		t.Errorf("%d calls of several keys and %d calls, want 0 and 7", calls, len(f.seen()))
+	}
+}
+
+// TestDecisionsKeysFrom: with Depth calls in flight, a decision on
+// another key is sent at once while fewer than KeysFrom decisions are in
+// the store, its own included, and waits for a call of several keys from
+// KeysFrom on.
+func TestDecisionsKeysFrom(t *testing.T) {
+	f, d, first := busy(t, 4)
+	select {
+	case o := <-startKeys(d, "k0", "1"):
+		if o.err != nil || o.reply[1] != 1 {
+			t.Fatalf("third decision in the store: %v, %v", o.reply, o.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("third decision in the store not decided in 5 s (%d queued): want it sent at once", d.queued())
+	}
+	first = append(first, startKeys(d, "c", "9"))
+	for deadline := time.Now().Add(5 * time.Second); len(f.seen()) < 4; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d calls sent, want 4", len(f.seen()))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if d.queued() != 0 {
+		t.Fatalf("%d queued with 3 decisions in the store, want 0", d.queued())
+	}
+	outs := queueKeys(t, d, []string{"k1", "k2"})
+	close(f.gate)
+	for _, ch := range first {
+		if o := <-ch; o.err != nil || o.reply[1] != 9 {
+			t.Fatalf("call in flight: %v, %v", o.reply, o.err)
+		}
+	}
+	for i, ch := range outs {
+		if o := <-ch; o.err != nil || o.reply[1] != int64(i+1) {
+			t.Fatalf("queued decision %d: %v, %v", i, o.reply, o.err)
+		}
+	}
+	if calls, decisions := d.Keyed(); calls != 1 || decisions != 2 {
+		t.Errorf("%d calls of several keys with %d decisions, want 1 with 2", calls, decisions)
 	}
 }

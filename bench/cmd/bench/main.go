@@ -43,7 +43,7 @@ func run() error {
 	hdur := flag.Duration("headline-d", 0, "one measured run of a headline limiter (0: 2s, -quick as -d)")
 	localDur := flag.Duration("local-d", 0, "one measured local-path run (0: 400ms, -quick 50ms)")
 	depths := flag.String("keys-depths", "", "comma-separated StoreOptions.KeysDepth values: section 1 adds holdfast tb rows on both backends with each (-1: none)")
-	variants := flag.String("store-variants", "", "comma-separated store option sets, each options joined by '+' (keysdepth=N, nocollapse, nocoalesce, pipelines=N, maxbatch=N, pool=N): section 1 adds holdfast tb rows with each, on the backends it applies to")
+	variants := flag.String("store-variants", "", "comma-separated store option sets, each options joined by '+' (keysdepth=N, keysfrom=N, nocollapse, nocoalesce, pipelines=N, maxbatch=N, pool=N): section 1 adds holdfast tb rows with each, on the backends it applies to")
 	gs := flag.String("g", "", "comma-separated concurrent callers for section 1 (default 1,16,64,256)")
 	keysets := flag.String("keysets", "", "hot, random or hot,random (default both)")
 	window := flag.Duration("outage-window", 0, "measured window after each fault (0: 5s, -quick 1.5s)")

@@ -14,6 +14,7 @@ import (
 	_ "embed"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/holdfast/holdfast/core"
@@ -33,13 +34,30 @@ var source string
 //go:embed many.lua
 var manySource string
 
+// The reading and the write of the bucket, and the tokens left, which the
+// decision and its Many both compute: inline puts them in line in each
+// script's source, at its #read, #write and #remaining comments, so that
+// neither pays a function call for them and both have one text of them.
+var (
+	//go:embed read.lua
+	luaRead string
+	//go:embed write.lua
+	luaWrite string
+	//go:embed remaining.lua
+	luaRemaining string
+)
+
+func inline(src string) string {
+	return strings.NewReplacer("-- #read\n", luaRead, "-- #write\n", luaWrite, "-- #remaining\n", luaRemaining).Replace(src)
+}
+
 // script is the decision; peekScript the same source with PEEK set, the
 // reply without the write (driver.Peeker); its Many is several
 // decisions on one key (driver.Many): the policy's C and T shared, a cost
 // each.
 var (
-	script, peekScript = driver.NewDecisionScripts(Name, source, local, cloneState)
-	_                  = script.WithMany(driver.NewMany(Name+"_many", manySource, 2, 1))
+	script, peekScript = driver.NewDecisionScripts(Name, inline(source), local, cloneState)
+	_                  = script.WithMany(driver.NewMany(Name+"_many", inline(manySource), 2, 1))
 )
 
 // luaLife is life_ms(e, full, now), lifeMs in Lua: the PX, a decimal

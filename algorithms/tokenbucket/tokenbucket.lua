@@ -27,7 +27,8 @@
 -- caller's decision is one Redis call of it, and every
 -- closure a call creates and every call it makes is Redis time a decision
 -- pays (BENCHMARKS.md, section 6's script floor). The reading and the write
--- are many.lua's, in line there too; replay_model_test
+-- are read.lua and write.lua, which tokenbucket.go puts in line here and
+-- in many.lua, at their #read and #write comments; replay_model_test
 -- and the storetest suites hold the two to the Go twin.
 -- Arithmetic reads a decimal argument in one parse (tonumber parses it
 -- twice, a cost of every decision); an argument that is not a number
@@ -51,39 +52,7 @@ if not now or now <= 0 then
 end
 local key = KEYS[1]
 local full = C * T
--- The bucket's credit at now (a key that holds nothing is a full bucket),
--- and plain: the key's E when it holds E alone (false otherwise).
-local credit, plain = full, false
-local v = redis.pcall('GET', key)
-if v then
-  local e = tonumber(v)
-  if e then
-    plain = e
-  elseif type(v) == 'table' then
-    -- A hash {c, t} left by an earlier holdfast is read as E = t - c (the
-    -- next admit overwrites it with the string); any other type is
-    -- WRONGTYPE.
-    if not v.err or string.sub(v.err, 1, 9) ~= 'WRONGTYPE' then
-      return redis.error_reply(v.err or 'ERR holdfast token bucket: GET failed')
-    end
-    local h = redis.call('HMGET', key, 'c', 't')
-    local c, t = tonumber(h[1]), tonumber(h[2])
-    if not c or not t then
-      return redis.error_reply('ERR holdfast token bucket: corrupt state in ' .. key)
-    end
-    e = t - c
-  else
-    -- E and a recovery's merge log after it (replay.lua).
-    e = tonumber(string.match(v, '^(%-?%d+)|'))
-    if not e then
-      return redis.error_reply('ERR holdfast token bucket: corrupt state in ' .. key)
-    end
-  end
-  credit = now - e
-  if credit > full then
-    credit = full
-  end
-end
+-- #read
 local need = n * T
 local allowed = credit >= need
 if allowed then
@@ -105,41 +74,11 @@ if allowed then
   local left = credit - need
   if not PEEK then
     local ne = now - left
-    -- Integer divisions by %, which Lua computes in its VM (a % b = a -
-    -- floor(a / b) * b): no call of math.floor, each a C function call
-    -- that a decision paid four times. q = floor(full / 4), at least
-    -- 1000; bq = floor(ne / q) * q, the start of ne's quarter (a
-    -- remainder below 0 is a quotient that rounded up to an integer,
-    -- which needs values past 2^53: the check keeps the result exact
-    -- whatever the inputs). ms > 0: bq + q > ne >= now - full.
-    local q = (full - full % 4) / 4
-    if q < 1000 then
-      q = 1000
-    end
-    local r = ne % q
-    if r < 0 then
-      r = r + q
-    end
-    local bq = ne - r
-    if plain and plain >= bq then
-      redis.call('SET', key, string.format('%d', ne), 'KEEPTTL')
-    else
-      local ms = bq + q + full - now
-      redis.call('SET', key, string.format('%d', ne), 'PX', string.format('%d', (ms - ms % 1000) / 1000 + 2))
-    end
+    -- #write
   end
   credit = left
 end
--- The tokens left, floor(credit / T), by % as above: credit - r is a
--- multiple of T, so the division is exact even where credit / T rounds.
-local remaining = 0
-if credit > 0 then
-  local r = credit % T
-  if r < 0 then
-    r = r + T
-  end
-  remaining = (credit - r) / T
-end
+-- #remaining
 if not allowed then
   return {0, remaining, need - credit, full - credit, now}
 end

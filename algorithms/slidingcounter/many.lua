@@ -2,8 +2,9 @@
 -- order, at one instant of Redis time (driver.Many). Each is what
 -- slidingcounter.lua decides alone at that instant; the counter is read
 -- once and written once.
--- (driver.NewMany puts now, out, costs_ok and decide_each before this
--- source, and calls one; counter.lua idiv, read and judge come first.)
+-- (driver.NewMany puts now and out before this source, and calls one;
+-- driver.LuaManyHelpers' costs_ok and decide_each and counter.lua's idiv,
+-- read and judge come first.)
 --
 -- ARGV[1]  L, the limit in units per window; ARGV[2] W, the window in us
 -- then for each decision: n, its cost in units (1 <= n <= L), and its

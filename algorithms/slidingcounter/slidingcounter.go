@@ -69,7 +69,7 @@ var manySource string
 // each.
 var (
 	script, peekScript = driver.NewDecisionScripts(Name, driver.LuaIDiv+counter+source, local, cloneState)
-	_                  = script.WithMany(driver.NewMany(Name+"_many", driver.LuaIDiv+counter+manySource, 2, 1))
+	_                  = script.WithMany(driver.NewMany(Name+"_many", driver.LuaManyHelpers+driver.LuaIDiv+counter+manySource, 2, 1))
 )
 
 // cloneState copies the state the memory store holds, for a peek.

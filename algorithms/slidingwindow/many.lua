@@ -1,8 +1,9 @@
 -- holdfast sliding window log: several decisions on one key, in order, at
 -- one instant of Redis time (driver.Many). Each is what slidingwindow.lua
 -- decides alone at that instant; the log is trimmed and counted once.
--- (driver.NewMany puts now, out, costs_ok and decide_each before this
--- source, and calls one; window.lua denied and add come first.)
+-- (driver.NewMany puts now and out before this source, and calls one;
+-- driver.LuaManyHelpers' costs_ok and decide_each and window.lua's denied
+-- and add come first.)
 --
 -- ARGV[1]  L, the limit in units per window; ARGV[2] W, the window in us
 -- then for each decision: n, its cost (1 <= n <= L), its unique id, and

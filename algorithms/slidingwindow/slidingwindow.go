@@ -40,7 +40,7 @@ var manySource string
 // and an id each.
 var (
 	script, peekScript = driver.NewDecisionScripts(Name, window+source, local, cloneState)
-	_                  = script.WithMany(driver.NewMany(Name+"_many", window+manySource, 2, 2))
+	_                  = script.WithMany(driver.NewMany(Name+"_many", driver.LuaManyHelpers+window+manySource, 2, 2))
 )
 
 // cloneState copies the state the memory store holds, for a peek.

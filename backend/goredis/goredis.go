@@ -46,13 +46,9 @@ func New(c redis.UniversalClient) *Store {
 	return NewWithOptions(c, StoreOptions{})
 }
 
-// DefaultKeysDepth is StoreOptions.KeysDepth's default: with two calls
-// in flight, decisions on other keys wait and go together. In the
-// benchmark harness's interleaved runs (token bucket, 100k keys, 5 runs of
-// 2 s) it made 1.05x the decisions a second of no calls of several keys
-// at 16 callers, 1.14-1.18x at 64 and 1.18-1.22x at 256 (medians of the
-// paired ratios, two runs); 4 in flight gained less.
-const DefaultKeysDepth = 2
+// DefaultKeysDepth is StoreOptions.KeysDepth's default,
+// pipeline.DefaultKeysDepth, as rueidis's.
+const DefaultKeysDepth = pipeline.DefaultKeysDepth
 
 // NewWithOptions returns a Store on c with options o. For the deadlines
 // driver.Store callers rely on, build c with NewClient or with the same

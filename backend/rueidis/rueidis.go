@@ -83,15 +83,9 @@ type StoreOptions struct {
 	KeysFrom int
 }
 
-// DefaultKeysDepth is StoreOptions.KeysDepth's default, as go-redis's
-// (goredis.DefaultKeysDepth). In one interleaved run of the harness
-// (token bucket, 100k keys, 5 runs of 2 s; docs/DESIGN.md has the command)
-// the defaults made 140.7k and 189.2k decisions a second at 64 and 256
-// callers, against 118.9k and 154.8k with no calls of several keys; at 16
-// callers, where every decision waiting past 2 calls in flight made 62.6k
-// against none's 74.5k, KeysFrom keeps the decisions going at once
-// (72.5k).
-const DefaultKeysDepth = 2
+// DefaultKeysDepth is StoreOptions.KeysDepth's default,
+// pipeline.DefaultKeysDepth, as go-redis's.
+const DefaultKeysDepth = pipeline.DefaultKeysDepth
 
 // NewWithOptions is New with options o.
 func NewWithOptions(c rueidis.Client, o StoreOptions) *Store {

@@ -27,8 +27,9 @@ import "strconv"
 // have written nothing.
 //
 // NewMany makes one from the algorithm's Lua, which sees what every Many
-// shares (manyHead): the call's Redis time as now, costs_ok and
-// decide_each, which keeps the reply's layout.
+// shares (manyHead): the call's Redis time as now and the reply, out;
+// LuaManyHelpers has costs_ok and decide_each, which keeps the reply's
+// layout, for a source that starts with it.
 type Many struct {
 	Script       *Script
 	Shared, Each int
@@ -59,7 +60,8 @@ const (
 // first to last: the first's Each arguments start at first, each next
 // decision's EACH + 1 after the one before, and the last decision's
 // deadline is ARGV[last]. It appends each decision's reply to the call's
-// reply through decide_each, in order, and returns nothing; or it returns
+// reply, in order (out and o, in the layout decide_each of
+// LuaManyHelpers keeps), and returns nothing; or it returns
 // an error reply, having written nothing. The shared arguments are
 // ARGV[1] to ARGV[FIRST - 1] in every call; src may read them once,
 // outside one. Its functions are made once a call, whatever the number
@@ -94,8 +96,7 @@ func NewMany(name, src string, shared, each int) *Many {
 
 // manyHead is what every Many's source sees: the call's time, read once
 // for every decision of the call, as now; the reply, out, and the number
-// of its integers, o; the check of the costs, costs_ok; and decide_each,
-// which appends each decision's reply in the reply's layout.
+// of its integers, o.
 const manyHead = `-- holdfast: decisions on one key or several (driver.NewMany)
 local now
 do
@@ -103,8 +104,14 @@ do
   now = t[1] * 1000000 + t[2]
 end
 local out, o = {}, 0
+`
 
--- costs_ok reports whether the cost of every decision from first to last,
+// LuaManyHelpers is Lua a Many's source may start with: costs_ok, the
+// check of the costs, and decide_each, which appends each decision's
+// reply to out in the reply's layout. A source that decides in its own
+// loop, in that layout, leaves it out: every function a call makes is
+// Redis time it pays.
+const LuaManyHelpers = `-- costs_ok reports whether the cost of every decision from first to last,
 -- its first argument, is an integer in 1..max.
 local function costs_ok(max, first, last)
   for i = first, last, EACH + 1 do

@@ -42,7 +42,7 @@ func TestKeysFailsKeyAlone(t *testing.T) {
 	srv := redistest.Start(t)
 	rc := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { rc.Close() })
-	m := driver.NewMany("keysfail", `
+	m := driver.NewMany("keysfail", driver.LuaManyHelpers+`
 local function one(key, first, last)
   decide_each(first, last, function(i)
     return 0 + ARGV[i], 0, 0, 0, 0

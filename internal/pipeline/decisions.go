@@ -246,14 +246,22 @@ const laneDepth = 2
 // sent the 100k-key rows' calls at G=16 unpipelined, which cost them.
 const DirectCalls = 4
 
-// DefaultKeysFrom is Decisions.KeysFrom's default: 16 callers' decisions
-// go at once, 64 callers' share calls. On rueidis, in one interleaved run
-// of the harness on 100k keys (bench/, token bucket, 5 runs of 2 s;
-// docs/DESIGN.md), waiting once 2 calls were in flight whatever the
-// callers made 62.6k decisions a second at 16 callers against 74.5k for
-// no calls of several keys, and 134.8k against 118.9k at 64; 32 made
-// 72.5k and 140.7k, and 24 and 48 measured alike.
-const DefaultKeysFrom = 32
+// DefaultKeysDepth and DefaultKeysFrom are the Depth and KeysFrom both
+// Redis stores use by default (goredis and rueidis StoreOptions): with 2
+// calls in flight and 32 decisions in the store, decisions on other keys
+// wait and go together; 16 callers' decisions go at once. In the
+// harness's interleaved run kept as
+// bench/runs/2026-12-08-xeon-cd7bc58-keysfrom.md (token bucket, 100k keys,
+// 5 runs of 2 s; docs/DESIGN.md has its table), rueidis made 136.5k and
+// 179.2k decisions a second at 64 and 256 callers with them, against
+// 118.3k and 141.7k with no calls of several keys; at 16 callers, where
+// waiting once 2 calls were in flight whatever the callers (KeysFrom 1)
+// made 66.0k against none's 76.8k, they made 75.1k. go-redis: 135.9k and
+// 178.0k against 103.3k and 136.7k, and 59.4k at 16 against 60.4k.
+const (
+	DefaultKeysDepth = 2
+	DefaultKeysFrom  = 32
+)
 
 // DefaultStallAfter bounds head-of-line waiting (see Decisions), as the
 // go-redis coalescer bounds it; maxStallCalls bounds the calls in flight
